@@ -1,0 +1,137 @@
+"""Validate a space against the flags of the server that will really be launched, before any GPU time.
+
+The server command's `--help` is the truth: it lists every flag and its choices for that version.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from ._errors import FlagCheckError, UsageError
+from ._schema import did_you_mean
+from ._spec import Spec
+
+# Flags renamed between SGLang versions, both ways: the name to write instead when one is missing.
+RENAMES: Mapping[str, tuple[str, ...]] = {
+    "nsa-prefill-backend": ("dsa-prefill-backend",),
+    "nsa-decode-backend": ("dsa-decode-backend",),
+    "dsa-prefill-backend": ("nsa-prefill-backend",),
+    "dsa-decode-backend": ("nsa-decode-backend",),
+    "cuda-graph-max-bs": ("cuda-graph-max-bs-decode",),
+    "cuda-graph-bs": ("cuda-graph-bs-decode",),
+    "cuda-graph-max-bs-decode": ("cuda-graph-max-bs",),
+    "cuda-graph-bs-decode": ("cuda-graph-bs",),
+    "disable-decode-cuda-graph": ("disable-cuda-graph",),
+    "disable-cuda-graph": ("disable-decode-cuda-graph",),
+    "enable-nan-detection": ("env SGLANG_ENABLE_NAN_LOGITS_CHECK=1",),
+}
+
+_OPTION = re.compile(r"(?<![\w-])(--[A-Za-z0-9][\w-]*)(?:[ =](\{[^}]*\}))?")
+
+
+@dataclass(frozen=True)
+class HelpFlags:
+    flags: Mapping[str, tuple[str, ...] | None]  # flag -> choices (None when free-form)
+    deprecated: frozenset[str] = frozenset()
+
+
+@dataclass
+class CheckReport:
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    flags_checked: int = 0
+
+
+def parse_help(text: str) -> HelpFlags:
+    flags: dict[str, tuple[str, ...] | None] = {}
+    deprecated: set[str] = set()
+    current: list[str] = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        found = _OPTION.findall(line) if stripped.startswith("-") or stripped.startswith("[") \
+            or stripped.startswith("usage") else []
+        if stripped.startswith("-"):
+            current = [name[2:] for name, _ in found]
+        for name, choices in found:
+            key = name[2:]
+            parsed = tuple(c.strip() for c in choices[1:-1].split(",")) if choices else None
+            if flags.get(key) is None:
+                flags[key] = parsed
+        if "deprecated" in line.lower():
+            deprecated.update(current)
+    return HelpFlags(flags, frozenset(deprecated))
+
+
+def server_help(command: Sequence[str], env: Mapping[str, str], timeout: float = 300.0) -> str:
+    try:
+        done = subprocess.run([*command, "--help"], capture_output=True, text=True, env=dict(env),
+                              timeout=timeout, stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        raise UsageError(f"server command not found: {command[0]}",
+                         "fix server.command in the space file or install the engine") from None
+    except subprocess.TimeoutExpired:
+        raise UsageError(f"'{' '.join(command)} --help' did not finish in {timeout:g} s",
+                         "check that the server command starts") from None
+    if done.returncode != 0 or "--" not in done.stdout:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UsageError(f"'{' '.join(command)} --help' failed (exit {done.returncode}): {last}",
+                         "check server.command and the environment it runs in")
+    return done.stdout
+
+
+def check_flags(spec: Spec, help_flags: HelpFlags) -> CheckReport:
+    """Every flag the space can pass, and every choice it can give, checked against the server's --help."""
+    report = CheckReport()
+    known = help_flags.flags
+    wanted: dict[str, list[object]] = {}
+    for name, value in spec.server.fixed.items():
+        wanted.setdefault(name, []).append(value)
+    for p in spec.space.params.values():
+        if p.env:
+            continue
+        values: list[object] = list(p.choices) if p.type == "categorical" else []
+        wanted.setdefault(p.name, []).extend(values)
+    for name, values in wanted.items():
+        report.flags_checked += 1
+        if name not in known:
+            report.errors.append(_unknown(name, known))
+            continue
+        if name in help_flags.deprecated:
+            alt = RENAMES.get(name)
+            report.warnings.append(f"--{name} is deprecated in this version" + (f"; write --{alt[0]}" if alt else ""))
+        choices = known[name]
+        if choices:
+            for value in values:
+                if value is None or isinstance(value, bool):
+                    continue
+                if str(value) not in choices:
+                    hint = did_you_mean(str(value), choices)
+                    report.errors.append(f"--{name} {value}: invalid choice for this server "
+                                         f"(choose from {', '.join(choices)})" + (f"; {hint}" if hint else ""))
+    return report
+
+
+def _unknown(name: str, known: Mapping[str, object]) -> str:
+    prefixed = sorted(k for k in known if k.startswith(name))
+    for alt in RENAMES.get(name, ()):
+        if alt.startswith("env "):
+            return f"--{name} does not exist in this version; set {alt[4:]} instead"
+        if alt in known:
+            if prefixed:
+                return (f"--{name} is ambiguous in this version (matches {', '.join('--' + p for p in prefixed)}); "
+                        f"write --{alt} instead")
+            return f"--{name} is not accepted by this version (renamed); write --{alt} instead"
+    if prefixed:
+        return f"--{name} is ambiguous in this version (matches {', '.join('--' + p for p in prefixed)})"
+    hint = did_you_mean(name, known)
+    return f"--{name} is not a flag of this server" + (f"; {hint}" if hint else "")
+
+
+def raise_on_errors(report: CheckReport) -> None:
+    if report.errors:
+        first = report.errors[0]
+        more = f" (and {len(report.errors) - 1} more: run 'python -m tuner check')" if len(report.errors) > 1 else ""
+        raise FlagCheckError(first + more)

@@ -1,0 +1,99 @@
+"""Command line: `python -m tuner run|check|export|show`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from ._errors import TunerError, UsageError
+from ._study import SAMPLERS
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m tuner",
+                                     description="Find the fastest launch configuration that still answers correctly.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def storage_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--storage", default="sqlite:///trials.db", help="Optuna storage URL (default: %(default)s)")
+        p.add_argument("--study", default=None, help="study name (default: the space's name)")
+
+    def space_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--space", default=None, help="search-space file (default: search_spaces/default.yaml, "
+                       "or search_spaces/<profile>.yaml with --simulate)")
+        p.add_argument("--model", default=None, help="model path (overrides server.model-path)")
+        p.add_argument("--simulate", nargs="?", const="glm5-nvfp4-sm120", default=None, metavar="PROFILE",
+                       help="launch the simulated SGLang server with this profile (default: glm5-nvfp4-sm120)")
+
+    run = sub.add_parser("run", help="run (or continue) a study")
+    run.add_argument("--trials", type=int, required=True, help="total trials the study should have")
+    space_args(run)
+    storage_args(run)
+    run.add_argument("--sampler", choices=SAMPLERS, default="tpe")
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--workdir", default="runs", help="where server logs and records go (default: %(default)s)")
+    run.add_argument("--timeout", type=float, default=None, help="stop starting trials after this many seconds")
+    run.add_argument("--api-key-env", default=None, metavar="NAME",
+                     help="environment variable holding the server's API key")
+    change = run.add_mutually_exclusive_group()
+    change.add_argument("--continue", dest="on_space_change", action="store_const", const="continue",
+                        default="refuse", help="go on with a study whose space file has changed")
+    change.add_argument("--fresh", dest="on_space_change", action="store_const", const="fresh",
+                        help="delete a study whose space file has changed and start over")
+
+    check = sub.add_parser("check", help="validate a space against the server's --help")
+    space_args(check)
+
+    export = sub.add_parser("export", help="write the best configuration as a --config file")
+    storage_args(export)
+    export.add_argument("--out", default=None, help="file to write (default: best.yaml; '-' for stdout)")
+    export.add_argument("--format", choices=("yaml", "cmd", "json"), default="yaml")
+    export.add_argument("--trial", type=int, default=None, help="export this trial instead of the best")
+
+    show = sub.add_parser("show", help="table of trials and failure breakdown")
+    storage_args(show)
+    show.add_argument("--sort", default="value", help="value, number, time, or a metric name")
+    show.add_argument("--failed", action="store_true", help="only trials that did not qualify")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return _dispatch(args)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except TunerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "run":
+        from ._run import RunOptions, run
+
+        run(RunOptions(trials=args.trials, space=args.space, model=args.model, storage=args.storage,
+                       study=args.study, simulate=args.simulate, sampler=args.sampler, seed=args.seed,
+                       workdir=args.workdir, timeout=args.timeout, on_space_change=args.on_space_change,
+                       api_key_env=args.api_key_env))
+        return 0
+    if args.command == "check":
+        from ._run import check
+
+        check(args.space, args.simulate, args.model)
+        return 0
+    if args.command == "export":
+        from ._export import export
+
+        export(args.storage, args.study, args.out, args.format, args.trial)
+        return 0
+    if args.command == "show":
+        from ._show import show
+
+        print(show(args.storage, args.study, args.sort, args.failed))
+        return 0
+    raise UsageError(f"unknown command {args.command}")

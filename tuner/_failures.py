@@ -1,0 +1,64 @@
+"""Failure kinds: the one vocabulary for how a trial can go wrong, used by every stage."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class FailureKind(str, enum.Enum):
+    # Launch and readiness.
+    CRASH_ON_START = "crash_on_start"
+    OOM = "oom"
+    GRAPH_CAPTURE_FAILED = "graph_capture_failed"
+    STARTUP_TIMEOUT = "startup_timeout"
+    # Correctness gate.
+    NAN = "nan"
+    WRONG_ANSWER = "wrong_answer"
+    GARBAGE = "garbage"
+    INCONSISTENT_LOGPROBS = "inconsistent_logprobs"
+    # Under load.
+    CRASH_UNDER_LOAD = "crash_under_load"
+    ERRORS_UNDER_LOAD = "errors_under_load"
+    SLO_VIOLATION = "slo_violation"
+    # Not the configuration's fault: never taught to the sampler as a bad region.
+    INVALID_CONFIG = "invalid_config"
+    INTERRUPTED = "interrupted"
+    WORKER_DIED = "worker_died"
+
+    @property
+    def blames_config(self) -> bool:
+        """Whether the sampler should learn to avoid the configuration that produced it."""
+        return self not in (FailureKind.INTERRUPTED, FailureKind.WORKER_DIED)
+
+    @property
+    def is_correctness(self) -> bool:
+        return self in _CORRECTNESS
+
+
+_CORRECTNESS = frozenset(
+    {FailureKind.NAN, FailureKind.WRONG_ANSWER, FailureKind.GARBAGE, FailureKind.INCONSISTENT_LOGPROBS}
+)
+
+
+class TrialFailure(Exception):
+    """Ends one trial: what went wrong, in which stage, and the evidence for it."""
+
+    def __init__(self, kind: FailureKind, message: str, evidence: str = "", stage: str = "") -> None:
+        super().__init__(f"{kind.value}: {message}")
+        self.kind = kind
+        self.message = message
+        self.evidence = evidence
+        self.stage = stage
+
+
+@dataclass(frozen=True)
+class FailureRecord:
+    kind: FailureKind
+    message: str
+    evidence: str
+    stage: str
+
+    @classmethod
+    def from_exception(cls, exc: TrialFailure) -> FailureRecord:
+        return cls(exc.kind, exc.message, exc.evidence, exc.stage)

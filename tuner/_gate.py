@@ -1,0 +1,127 @@
+"""Stage 5: the correctness gate, before any load and again after it.
+
+A configuration that is fast but wrong must never win: known answers at temperature 0, finite
+logprobs, no degenerate text, decode-time logprobs that a re-prefill reproduces, greedy output
+that is deterministic and agrees with the baseline's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import httpx
+import tenacity
+
+from ._failures import FailureKind, TrialFailure
+from ._spec import GateSpec
+from ._textcheck import degenerate_reason, nan_positions
+from .engines import Completion, Engine
+
+
+@dataclass(frozen=True)
+class GateResult:
+    seconds: float
+    checks: tuple[str, ...]  # the checks that ran and passed
+    answers: Mapping[str, str]  # prompt -> text
+    reference: Mapping[str, list[int]]  # prompt -> greedy token ids, for later trials to agree with
+    max_logprob_diff: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def run_gate(client: httpx.Client, engine: Engine, spec: GateSpec, *, stage: str = "gate",
+             reference: Mapping[str, list[int]] | None = None, vocab_size: int | None = None,
+             quick: bool = False) -> GateResult:
+    """Run the checks; raise TrialFailure on the first that fails. `quick` is the after-load re-check."""
+    t0 = time.monotonic()
+    passed: set[str] = set()
+    answers: dict[str, str] = {}
+    ids: dict[str, list[int]] = {}
+    worst_diff: float | None = None
+
+    def fail(kind: FailureKind, prompt: str, message: str, completion: Completion | None = None) -> None:
+        shown = f"prompt: {prompt!r}\noutput: {completion.text[:300]!r}" if completion else f"prompt: {prompt!r}"
+        if completion is not None:
+            shown += f"\ntoken ids: {list(completion.token_ids[:32])}\nlogprobs: {list(completion.logprobs[:16])}"
+        raise TrialFailure(kind, message, shown, stage)
+
+    for item in spec.prompts:
+        completion = _complete(client, engine, item.prompt, spec.max_new_tokens, stage)
+        answers[item.prompt] = completion.text
+        ids[item.prompt] = list(completion.token_ids)
+        if spec.enabled("finite-logprobs"):
+            bad = nan_positions(completion.logprobs)
+            if bad:
+                fail(FailureKind.NAN, item.prompt, f"logprob of output token {bad[0]} is NaN or inf (null)",
+                     completion)
+            passed.add("finite-logprobs")
+        if spec.enabled("degenerate-text"):
+            reason = degenerate_reason(completion.text, completion.token_ids, vocab_size)
+            if reason:
+                fail(FailureKind.GARBAGE, item.prompt, reason, completion)
+            passed.add("degenerate-text")
+        if spec.enabled("known-answer") and item.expect:
+            if item.expect.lower() not in completion.text.lower():
+                fail(FailureKind.WRONG_ANSWER, item.prompt,
+                     f"expected {item.expect!r}, got {completion.text.strip()[:80]!r}", completion)
+            passed.add("known-answer")
+        if quick:
+            continue
+        if spec.enabled("logprob-consistency") and completion.token_ids:
+            diff = _prefill_diff(client, engine, item.prompt, completion, stage)
+            if diff is None:
+                fail(FailureKind.NAN, item.prompt, "re-prefill returned NaN or inf logprobs", completion)
+            worst_diff = diff if worst_diff is None else max(worst_diff, diff)
+            if diff > spec.logprob_tolerance:
+                fail(FailureKind.INCONSISTENT_LOGPROBS, item.prompt,
+                     f"decode and re-prefill logprobs differ by {diff:.4f} on average "
+                     f"(tolerance {spec.logprob_tolerance})", completion)
+            passed.add("logprob-consistency")
+        if spec.enabled("baseline-agreement") and reference and item.prompt in reference:
+            want = reference[item.prompt][: spec.agreement_tokens]
+            got = list(completion.token_ids[: spec.agreement_tokens])
+            if want and got != want:
+                fail(FailureKind.WRONG_ANSWER, item.prompt,
+                     f"greedy output differs from the baseline's in the first {len(want)} tokens", completion)
+            passed.add("baseline-agreement")
+
+    if spec.enabled("determinism") and not quick:
+        first = spec.prompts[0].prompt
+        again = _complete(client, engine, first, spec.max_new_tokens, stage)
+        if list(again.token_ids) != ids[first]:
+            fail(FailureKind.INCONSISTENT_LOGPROBS, first, "greedy output differs between two identical requests",
+                 again)
+        passed.add("determinism")
+    return GateResult(time.monotonic() - t0, tuple(sorted(passed)), answers, ids, worst_diff)
+
+
+def _complete(client: httpx.Client, engine: Engine, prompt: str, max_tokens: int, stage: str) -> Completion:
+    return _request(lambda: engine.complete(client, prompt, max_tokens), stage)
+
+
+def _request(call, stage: str):
+    """One gate request, tried up to three times: a single transient error says little about a config."""
+    retrying = tenacity.Retrying(retry=tenacity.retry_if_exception_type(httpx.HTTPError),
+                                 stop=tenacity.stop_after_attempt(3), wait=tenacity.wait_fixed(0.2),
+                                 reraise=True)
+    try:
+        return retrying(call)
+    except httpx.HTTPStatusError as exc:
+        raise TrialFailure(FailureKind.ERRORS_UNDER_LOAD, f"gate request answered HTTP {exc.response.status_code}",
+                           exc.response.text[:500], stage) from exc
+    except httpx.TimeoutException as exc:
+        raise TrialFailure(FailureKind.ERRORS_UNDER_LOAD, f"gate request timed out ({type(exc).__name__})",
+                           "", stage) from exc
+    except httpx.HTTPError as exc:
+        raise TrialFailure(FailureKind.CRASH_UNDER_LOAD, f"gate request failed: {exc!r}"[:300], "", stage) from exc
+
+
+def _prefill_diff(client: httpx.Client, engine: Engine, prompt: str, completion: Completion,
+                  stage: str) -> float | None:
+    """Mean absolute difference between decode-time and re-prefill logprobs of the same tokens."""
+    prefill = _request(lambda: engine.prefill_logprobs(client, prompt, completion), stage)
+    pairs = list(zip(completion.logprobs, prefill))
+    if not pairs or any(a is None or b is None for a, b in pairs):
+        return None
+    return sum(abs(a - b) for a, b in pairs) / len(pairs)

@@ -1,0 +1,288 @@
+"""Stage 6: the throughput probe — streamed requests at each concurrency level, measured the way
+SGLang's own benchmark measures, with every response's content checked too.
+
+A benchmark that counts HTTP 200 as success is how broken configurations win; here a response with
+NaN logprobs or degenerate text fails the trial.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from ._failures import FailureKind, TrialFailure
+from ._spec import ProbeSpec
+from ._textcheck import degenerate_reason, nan_positions
+from .engines import Engine
+
+# A handful of ordinary words: a real tokenizer spends about one token on each.
+_WORDS = ("the of and to in is for on that with as by at from it this be are was or an have not but can "
+          "all new more one time data system model power city water light music river table market green "
+          "paper number people world house story night point state small large early").split()
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    prompt: str
+    output_len: int
+
+
+@dataclass
+class RequestResult:
+    ok: bool = False
+    error: str = ""
+    ttft: float = 0.0
+    latency: float = 0.0
+    output_tokens: int = 0
+    prompt_tokens: int = 0
+    itl: list[float] = field(default_factory=list)
+    text: str = ""
+    problem: str = ""  # content check failure
+
+
+@dataclass(frozen=True)
+class LevelMetrics:
+    concurrency: int
+    duration: float
+    completed: int
+    errors: int
+    total_input_tokens: int
+    total_output_tokens: int
+    request_throughput: float
+    output_throughput: float
+    total_throughput: float
+    latency_ms: Mapping[str, float]  # e.g. {"p99_ttft_ms": ..., "mean_itl_ms": ...}
+
+    def metric(self, name: str) -> float:
+        if name in self.latency_ms:
+            return self.latency_ms[name]
+        return float(getattr(self, name))
+
+    def as_dict(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in ("concurrency", "duration", "completed", "errors", "total_input_tokens",
+                                            "total_output_tokens", "request_throughput", "output_throughput",
+                                            "total_throughput")}
+        d.update(self.latency_ms)
+        return d
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    seconds: float
+    levels: tuple[LevelMetrics, ...]
+
+    def level(self, concurrency: int | None) -> LevelMetrics:
+        if concurrency is None:
+            return max(self.levels, key=lambda m: m.concurrency)
+        return next(m for m in self.levels if m.concurrency == concurrency)
+
+
+def make_workload(spec: ProbeSpec, n: int, salt: int = 0) -> list[WorkItem]:
+    """Seeded prompts: the same spec gives every trial the same requests."""
+    rng = random.Random(spec.seed * 1_000_003 + salt)
+    if spec.dataset:
+        rows = [json.loads(line) for line in Path(spec.dataset).read_text().splitlines() if line.strip()]
+        picks = [rows[rng.randrange(len(rows))] for _ in range(n)]
+        return [WorkItem(str(r["prompt"]), int(r.get("output_len", spec.output_len))) for r in picks]
+    items = []
+    for i in range(n):
+        in_len = _jitter(rng, spec.input_len, spec.len_jitter)
+        out_len = _jitter(rng, spec.output_len, spec.len_jitter)
+        words = [f"{i}:"] + [rng.choice(_WORDS) for _ in range(max(0, in_len - 1))]
+        items.append(WorkItem(" ".join(words), out_len))
+    return items
+
+
+def _jitter(rng: random.Random, mean: int, ratio: float) -> int:
+    if ratio <= 0:
+        return mean
+    return max(1, int(rng.uniform(mean * (1 - ratio), mean * (1 + ratio))))
+
+
+Progress = Callable[[int, float], bool]  # (step, throughput so far) -> stop?
+
+
+def run_probe(base_url: str, headers: Mapping[str, str], engine: Engine, spec: ProbeSpec,
+              alive: Callable[[], None], objective_level: int | None = None,
+              on_progress: Progress | None = None) -> ProbeResult:
+    """Measure every concurrency level. `alive()` raises the trial's failure if the server died."""
+    return asyncio.run(_probe(base_url, headers, engine, spec, alive, objective_level, on_progress))
+
+
+async def _probe(base_url: str, headers: Mapping[str, str], engine: Engine, spec: ProbeSpec,
+                 alive: Callable[[], None], objective_level: int | None, on_progress: Progress | None) -> ProbeResult:
+    t0 = time.monotonic()
+    limits = httpx.Limits(max_connections=max(spec.concurrency) + 4, max_keepalive_connections=max(spec.concurrency) + 4)
+    timeout = httpx.Timeout(spec.request_timeout, connect=10.0)
+    async with httpx.AsyncClient(base_url=base_url, headers=dict(headers), limits=limits, timeout=timeout) as client:
+        watch = asyncio.create_task(_watch(alive))
+        try:
+            if spec.warmup:
+                warm = make_workload(spec, spec.warmup, salt=-1)
+                await _race(watch, asyncio.gather(*(_one(client, engine, WorkItem(w.prompt, min(16, w.output_len)),
+                                                         False) for w in warm)))
+            target = objective_level if objective_level is not None else max(spec.concurrency)
+            levels = []
+            for step_base, conc in enumerate(spec.concurrency):
+                work = make_workload(spec, spec.requests, salt=conc)
+                report = on_progress if conc == target else None
+                levels.append(await _race(watch, _level(client, engine, spec, conc, work, report, step_base)))
+        finally:
+            watch.cancel()
+    return ProbeResult(time.monotonic() - t0, tuple(levels))
+
+
+async def _watch(alive: Callable[[], None]) -> None:
+    while True:
+        alive()
+        await asyncio.sleep(0.1)
+
+
+async def _race(watch: asyncio.Task, work: Any) -> Any:
+    """Await `work`, unless the server watcher raises first (the server died): then fail at once."""
+    task = asyncio.ensure_future(work)
+    done, _ = await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    if watch in done:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        watch.result()  # raises the TrialFailure
+    return task.result()
+
+
+async def _level(client: httpx.AsyncClient, engine: Engine, spec: ProbeSpec, concurrency: int,
+                 work: Sequence[WorkItem], report: Progress | None, step_base: int) -> LevelMetrics:
+    semaphore = asyncio.Semaphore(concurrency)
+    results: list[RequestResult] = []
+    start = time.perf_counter()
+    every = max(1, len(work) // 10)
+    stop = asyncio.Event()
+
+    async def worker(i: int, item: WorkItem) -> None:
+        async with semaphore:
+            if stop.is_set():
+                return
+            want_logprobs = spec.logprob_every > 0 and i % spec.logprob_every == 0
+            result = await _one(client, engine, item, want_logprobs)
+            results.append(result)
+            if result.problem:
+                stop.set()
+            if report and len(results) % every == 0:
+                elapsed = time.perf_counter() - start
+                rate = sum(r.output_tokens for r in results if r.ok) / elapsed if elapsed > 0 else 0.0
+                if report(step_base * 1000 + len(results), rate):
+                    stop.set()
+
+    await asyncio.gather(*(worker(i, item) for i, item in enumerate(work)))
+    duration = time.perf_counter() - start
+    broken = next((r for r in results if r.problem), None)
+    if broken is not None:
+        kind = FailureKind.NAN if broken.problem.startswith("NaN") else FailureKind.GARBAGE
+        raise TrialFailure(kind, f"under load at concurrency {concurrency}: {broken.problem}",
+                           f"output: {broken.text[:300]!r}", "probe")
+    if stop.is_set() and report is not None:
+        raise ProbeStopped()
+    return _metrics(concurrency, duration, results, spec)
+
+
+class ProbeStopped(Exception):
+    """The pruner stopped the probe early."""
+
+
+async def _one(client: httpx.AsyncClient, engine: Engine, item: WorkItem, want_logprobs: bool) -> RequestResult:
+    path, body = engine.stream_request(item.prompt, item.output_len, want_logprobs)
+    result = RequestResult()
+    sent = time.perf_counter()
+    last = sent
+    tokens_so_far = 0
+    nan_seen = False
+    try:
+        async with client.stream("POST", path, json=body) as response:
+            if response.status_code != 200:
+                await response.aread()
+                result.error = f"HTTP {response.status_code}"
+                return result
+            async for line in response.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == "[DONE]":
+                    break
+                event = engine.parse_stream_event(json.loads(payload))
+                now = time.perf_counter()
+                count = event.completion_tokens if event.completion_tokens is not None else tokens_so_far + 1
+                new = count - tokens_so_far
+                if event.logprobs and nan_positions(event.logprobs):
+                    nan_seen = True
+                if new > 0 or (event.text and not result.ttft):
+                    if not result.ttft:
+                        result.ttft = now - sent
+                    else:
+                        result.itl.append((now - last) / max(new, 1))
+                    last = now
+                    tokens_so_far = max(count, tokens_so_far)
+                result.text = event.text if event.text else result.text
+                if event.prompt_tokens:
+                    result.prompt_tokens = event.prompt_tokens
+    except httpx.TimeoutException as exc:
+        result.error = f"timeout ({type(exc).__name__})"
+        return result
+    except httpx.HTTPError as exc:
+        result.error = f"{type(exc).__name__}: {exc}"[:200]
+        return result
+    result.latency = time.perf_counter() - sent
+    result.output_tokens = tokens_so_far
+    result.ok = True
+    if nan_seen:
+        result.problem = "NaN or inf logprob (null) in a streamed response"
+    else:
+        reason = degenerate_reason(result.text, check_repetition=False)
+        if reason and result.output_tokens:
+            result.problem = reason
+    return result
+
+
+def _metrics(concurrency: int, duration: float, results: Sequence[RequestResult], spec: ProbeSpec) -> LevelMetrics:
+    ok = [r for r in results if r.ok]
+    errors = len(results) - len(ok)
+    if results and errors / len(results) > spec.max_error_rate:
+        sample = next(r.error for r in results if not r.ok)
+        raise TrialFailure(FailureKind.ERRORS_UNDER_LOAD,
+                           f"{errors} of {len(results)} requests failed at concurrency {concurrency} "
+                           f"(allowed share {spec.max_error_rate:g}); first: {sample}", "", "probe")
+    out_tokens = sum(r.output_tokens for r in ok)
+    in_tokens = sum(r.prompt_tokens or spec.input_len for r in ok)
+    ttft = [r.ttft for r in ok]
+    tpot = [(r.latency - r.ttft) / (r.output_tokens - 1) for r in ok if r.output_tokens > 1]
+    itl = [x for r in ok for x in r.itl]
+    e2e = [r.latency for r in ok]
+    latency: dict[str, float] = {}
+    for name, values in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("e2e_latency", e2e)):
+        for stat, fn in (("mean", _mean), ("median", lambda v: _pct(v, 50)), ("p90", lambda v: _pct(v, 90)),
+                         ("p99", lambda v: _pct(v, 99))):
+            latency[f"{stat}_{name}_ms"] = fn(values) * 1000.0
+    d = duration if duration > 0 else math.inf
+    return LevelMetrics(concurrency, duration, len(ok), errors, in_tokens, out_tokens, len(ok) / d,
+                        out_tokens / d, (in_tokens + out_tokens) / d, latency)
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def _pct(values: Sequence[float], q: float) -> float:
+    """Linear interpolation between closest ranks, as numpy.percentile does by default."""
+    if not values:
+        return 0.0
+    s = sorted(values)
+    k = (len(s) - 1) * q / 100.0
+    lo, hi = math.floor(k), math.ceil(k)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)

@@ -1,0 +1,128 @@
+"""Stage 8: what a trial leaves in the study — values, constraint, user attrs, note and log artifact.
+
+Everything a person needs to judge a trial goes into user attrs and the note as well as the
+constraint, because optuna-dashboard 0.21 does not display constraints set with set_constraint.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from typing import Any
+
+import optuna
+
+from ._redact import Redactor, redact_env, redact_flags
+from ._spec import Spec
+from ._trial import TrialResult
+
+FEASIBILITY = "failure"  # constraint key: > 0 means the trial must not win
+
+
+def trial_attrs(result: TrialResult, spec: Spec, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    attrs: dict[str, Any] = {
+        "config_key": result.config.key(),
+        "flags": redact_flags(result.config.flags),
+        "env": redact_env(result.config.env),
+        "launch_command": shlex.join(result.argv),
+        "model_path": spec.server.model_path,
+        "engine": spec.engine,
+        "stage_seconds": {k: round(v, 3) for k, v in result.seconds.items()},
+        "total_seconds": round(sum(result.seconds.values()), 3),
+        "server_version": result.version,
+        "overrides": result.overrides,
+        "effective_args": _effective(result),
+    }
+    failure = result.failure
+    attrs["failure_kind"] = failure.kind.value if failure else "none"
+    if failure:
+        attrs["failure_message"] = failure.message
+        attrs["failure_stage"] = failure.stage
+        attrs["failure_evidence"] = failure.evidence[-3000:]
+    if result.stopped_early:
+        attrs["stopped_early"] = "pruner stopped the probe: slower than earlier trials at the same point"
+    if result.gate:
+        attrs["gate_checks"] = list(result.gate.checks)
+        attrs["gate_answers"] = {p: t[:200] for p, t in result.gate.answers.items()}
+        if result.gate.max_logprob_diff is not None:
+            attrs["gate_max_logprob_diff"] = round(result.gate.max_logprob_diff, 6)
+    if result.probe:
+        level = result.probe.level(spec.objective.concurrency)
+        attrs.update({k: _round(v) for k, v in level.as_dict().items()})
+        attrs["levels"] = [{k: _round(v) for k, v in m.as_dict().items()} for m in result.probe.levels]
+    if result.teardown:
+        attrs["teardown_killed"] = result.teardown.killed
+        attrs["teardown_leftover_pids"] = list(result.teardown.leftover)
+    if extra:
+        attrs.update(extra)
+    return attrs
+
+
+def _effective(result: TrialResult) -> dict[str, Any]:
+    info = result.server_info
+    keys = {flag.replace("-", "_") for flag in result.config.flags}
+    keys |= {"mem_fraction_static", "max_total_num_tokens", "attention_backend", "cuda_graph_max_bs",
+             "chunked_prefill_size", "max_running_requests", "tp_size", "dp_size", "page_size"}
+    return redact_flags({k: info[k] for k in sorted(keys) if k in info})
+
+
+def _round(value: Any) -> Any:
+    return round(value, 4) if isinstance(value, float) else value
+
+
+def write_attrs(trial: optuna.Trial, attrs: Mapping[str, Any]) -> None:
+    for key, value in attrs.items():
+        trial.set_user_attr(key, value)
+
+
+def note_markdown(result: TrialResult, attrs: Mapping[str, Any], feasible: bool) -> str:
+    """A short note for the dashboard: what was tried, what happened, the log lines that prove it."""
+    lines = [f"### Trial {result.number}: " + ("feasible" if feasible else f"**infeasible** ({attrs['failure_kind']})"),
+             "", "**Tried:** " + ", ".join(f"`{k}={v}`" for k, v in sorted(attrs["flags"].items())) or "(defaults)"]
+    if attrs.get("env"):
+        lines.append("**Env:** " + ", ".join(f"`{k}={v}`" for k, v in sorted(attrs["env"].items())))
+    if "reused_from" in attrs:
+        lines.append(f"**Reused** the result of trial {attrs['reused_from']} (same server configuration).")
+    if result.failure:
+        lines += ["", f"**What happened:** {result.failure.kind.value} in stage `{result.failure.stage}`: "
+                  f"{result.failure.message}"]
+        if result.failure.evidence:
+            lines += ["", "```", result.failure.evidence[-1500:], "```"]
+    elif result.stopped_early:
+        lines += ["", "**What happened:** stopped early by the pruner (slower than earlier trials)."]
+    elif result.probe:
+        lines += ["", f"**What happened:** gate passed ({', '.join(attrs.get('gate_checks', []))}); "
+                  f"output {attrs.get('output_throughput', 0):.1f} tok/s, total {attrs.get('total_throughput', 0):.1f} "
+                  f"tok/s, p99 TTFT {attrs.get('p99_ttft_ms', 0):.0f} ms, p99 ITL {attrs.get('p99_itl_ms', 0):.1f} ms."]
+        if attrs.get("slo_violations"):
+            lines.append(f"**SLO violated:** {', '.join(attrs['slo_violations'])}")
+    if result.overrides:
+        lines.append("**Server changed:** " + ", ".join(f"`{k}`: asked {v['asked']}, got {v['got']}"
+                                                       for k, v in result.overrides.items()))
+    lines.append(f"**Time:** " + ", ".join(f"{k} {v:.1f}s" for k, v in attrs["stage_seconds"].items()))
+    return "\n".join(lines)
+
+
+def save_note(trial: optuna.Trial, markdown: str) -> None:
+    from optuna_dashboard import save_note as _save  # lazily: the dashboard package is heavy
+
+    _save(trial, markdown)
+
+
+def redact_log(result: TrialResult, redactor: Redactor) -> None:
+    """Rewrite the server log with secret values masked (servers print their own arguments)."""
+    if result.log_path is None or not result.log_path.exists():
+        return
+    text = result.log_path.read_text(errors="replace")
+    clean = redactor(text)
+    if clean != text:
+        result.log_path.write_text(clean)
+
+
+def upload_log(trial: optuna.Trial, result: TrialResult, store: Any) -> None:
+    if result.log_path is None or not result.log_path.exists():
+        return
+    from optuna.artifacts import upload_artifact
+
+    upload_artifact(artifact_store=store, file_path=str(result.log_path), study_or_trial=trial,
+                    mimetype="text/plain")

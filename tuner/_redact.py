@@ -1,0 +1,54 @@
+"""Keep secrets out of logs, trial attributes, notes, reports and exports."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+MASK = "***"
+_SECRET_NAME = re.compile(r"(_TOKEN|_KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)
+_SECRET_FLAGS = {"--api-key", "--admin-api-key", "--hf-token", "--token"}
+
+
+def is_secret_name(name: str) -> bool:
+    return bool(_SECRET_NAME.search(name)) or name.lower().replace("_", "-") in ("api-key", "token")
+
+
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: (MASK if is_secret_name(k) else v) for k, v in env.items()}
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append(MASK)
+            hide_next = False
+        elif arg in _SECRET_FLAGS:
+            out.append(arg)
+            hide_next = True
+        elif "=" in arg and arg.split("=", 1)[0] in _SECRET_FLAGS:
+            out.append(arg.split("=", 1)[0] + "=" + MASK)
+        else:
+            out.append(arg)
+    return out
+
+
+def redact_flags(flags: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: (MASK if is_secret_name(k) and v not in (None, False, True) else v) for k, v in flags.items()}
+
+
+class Redactor:
+    """Replaces the values of secret environment variables wherever they appear in text."""
+
+    def __init__(self, env: Mapping[str, str], extra: Sequence[str] = ()) -> None:
+        values = [v for k, v in env.items() if is_secret_name(k) and len(v) >= 4]
+        values += [v for v in extra if v and len(v) >= 4]
+        self._values = sorted(set(values), key=len, reverse=True)
+
+    def __call__(self, text: str) -> str:
+        for value in self._values:
+            text = text.replace(value, MASK)
+        return text

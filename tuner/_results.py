@@ -1,0 +1,76 @@
+"""Reading a finished study back: which trials may be exported, and the best of them."""
+
+from __future__ import annotations
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from ._errors import NoEligibleTrialError, StorageError
+from ._study import open_storage
+
+CONFIRMED_ATTR = "confirmed_winner"
+
+
+def load_study(storage_url: str, study_name: str | None) -> optuna.Study:
+    storage = open_storage(storage_url, heartbeat=False)
+    names = [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
+    if not names:
+        raise StorageError(f"no study in {storage_url}", "run 'python -m tuner run' first or pass --storage")
+    if study_name is None:
+        if len(names) > 1:
+            raise StorageError(f"{storage_url} holds several studies ({', '.join(names)})", "pass --study NAME")
+        study_name = names[0]
+    if study_name not in names:
+        raise StorageError(f"no study named {study_name!r} in {storage_url}",
+                           f"pass --study with one of: {', '.join(names)}")
+    return optuna.load_study(study_name=study_name, storage=storage)
+
+
+def eligible(study: optuna.Study) -> list[FrozenTrial]:
+    """COMPLETE trials that passed every gate and every SLO: the only ones that may be deployed."""
+    out = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if t.user_attrs.get("feasible") is True and all(v <= 0 for v in t.constraints.values()):
+            out.append(t)
+    return out
+
+
+def best_trial(study: optuna.Study, number: int | None = None) -> FrozenTrial:
+    trials = eligible(study)
+    if not trials:
+        raise NoEligibleTrialError(f"study {study.study_name!r} has no trial that passed every gate",
+                                   "run more trials or widen the space")
+    if number is not None:
+        match = [t for t in trials if t.number == number]
+        if not match:
+            raise NoEligibleTrialError(f"trial {number} is not exportable (not COMPLETE, or it failed a gate or SLO)",
+                                       f"choose one of: {', '.join(str(t.number) for t in trials[:20])}")
+        return match[0]
+    confirmed = study.user_attrs.get(CONFIRMED_ATTR)
+    if confirmed is not None:
+        match = [t for t in trials if t.number == confirmed]
+        if match:
+            return match[0]
+    if len(study.directions) > 1:
+        return _pareto_pick(study, trials)
+    sign = 1 if study.direction == optuna.study.StudyDirection.MAXIMIZE else -1
+    return max(trials, key=lambda t: sign * t.value)
+
+
+def pareto_front(study: optuna.Study) -> list[FrozenTrial]:
+    trials = eligible(study)
+    signs = [1 if d == optuna.study.StudyDirection.MAXIMIZE else -1 for d in study.directions]
+
+    def dominates(a: FrozenTrial, b: FrozenTrial) -> bool:
+        pa = [s * v for s, v in zip(signs, a.values)]
+        pb = [s * v for s, v in zip(signs, b.values)]
+        return all(x >= y for x, y in zip(pa, pb)) and any(x > y for x, y in zip(pa, pb))
+
+    return [t for t in trials if not any(dominates(o, t) for o in trials)]
+
+
+def _pareto_pick(study: optuna.Study, trials: list[FrozenTrial]) -> FrozenTrial:
+    """Stated rule: on the Pareto front, the trial with the best first objective."""
+    front = pareto_front(study)
+    sign = 1 if study.directions[0] == optuna.study.StudyDirection.MAXIMIZE else -1
+    return max(front, key=lambda t: sign * t.values[0])

@@ -1,0 +1,284 @@
+"""The search-space file as a whole: server, parameters, baseline, gate, probe and objective.
+
+`load_spec(path)` reads and validates it; every error names the key path and the fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ._errors import SpaceError
+from ._schema import Section, check_type, did_you_mean
+from ._space import Space, parse_constraints, parse_params
+
+ENGINES = ("sglang", "vllm")
+GATE_CHECKS = ("known-answer", "finite-logprobs", "degenerate-text", "logprob-consistency",
+               "determinism", "baseline-agreement")
+METRICS = ("output_throughput", "total_throughput", "request_throughput",
+           "mean_ttft_ms", "median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms",
+           "mean_tpot_ms", "median_tpot_ms", "p90_tpot_ms", "p99_tpot_ms",
+           "mean_itl_ms", "median_itl_ms", "p90_itl_ms", "p99_itl_ms",
+           "mean_e2e_latency_ms", "median_e2e_latency_ms", "p90_e2e_latency_ms", "p99_e2e_latency_ms")
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    command: tuple[str, ...] | None  # None: the engine's default
+    model_path: str
+    host: str = "127.0.0.1"
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)
+    startup_timeout: float = 1800.0
+    stall_timeout: float = 600.0
+    gpus: int | None = None
+    api_key_env: str | None = None
+
+
+@dataclass(frozen=True)
+class GatePrompt:
+    prompt: str
+    expect: str | None = None
+
+
+@dataclass(frozen=True)
+class GateSpec:
+    prompts: tuple[GatePrompt, ...]
+    max_new_tokens: int = 16
+    checks: tuple[str, ...] = GATE_CHECKS
+    logprob_tolerance: float = 0.05
+    agreement_tokens: int = 4
+    recheck_after_load: bool = True
+    request_timeout: float = 120.0
+
+    def enabled(self, check: str) -> bool:
+        return check in self.checks
+
+
+@dataclass(frozen=True)
+class ProbeSpec:
+    concurrency: tuple[int, ...] = (64,)
+    requests: int = 128
+    input_len: int = 1024
+    output_len: int = 256
+    len_jitter: float = 0.0
+    warmup: int = 2
+    seed: int = 0
+    dataset: str | None = None
+    request_timeout: float = 600.0
+    max_error_rate: float = 0.0
+    logprob_every: int = 8
+
+
+@dataclass(frozen=True)
+class Objective:
+    metric: str = "output_throughput"
+    direction: str = "maximize"
+    concurrency: int | None = None  # which level counts; None: the highest
+    slo: Mapping[str, float] = field(default_factory=dict)
+    second_metric: str | None = None
+    second_direction: str = "minimize"
+
+    @property
+    def names(self) -> list[str]:
+        return [self.metric] + ([self.second_metric] if self.second_metric else [])
+
+    @property
+    def directions(self) -> list[str]:
+        return [self.direction] + ([self.second_direction] if self.second_metric else [])
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    engine: str
+    server: ServerSpec
+    space: Space
+    gate: GateSpec
+    probe: ProbeSpec
+    objective: Objective
+    source: str = ""  # the file's text, stored with the study so a changed space is noticed
+
+
+DEFAULT_GATE_PROMPTS = (
+    GatePrompt("What is the capital of France? Answer in one word.", "Paris"),
+    GatePrompt("What is 2 + 3? Answer with a number.", "5"),
+)
+
+
+def load_spec(path: str | Path) -> Spec:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise SpaceError("", f"space file {path} does not exist", "pass --space with an existing file") from None
+    except OSError as exc:
+        raise SpaceError("", f"cannot read space file {path}: {exc.strerror}", "check the path") from None
+    return parse_spec(text, str(path))
+
+
+def parse_spec(text: str, origin: str = "<space>") -> Spec:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise SpaceError("", f"{origin} is not valid YAML{where}: {problem}",
+                         "fix the YAML syntax (indentation, colons, quotes)") from None
+    if data is None:
+        raise SpaceError("", f"{origin} is empty", "write a space file (see search_spaces/default.yaml)")
+    top = Section(data, "")
+    name = top.get("name", str)
+    if not name.strip():
+        raise SpaceError("name", "is empty", "give the study a name")
+    engine = top.get("engine", str, "sglang")
+    if engine not in ENGINES:
+        raise SpaceError("engine", f"unknown engine '{engine}'",
+                         did_you_mean(engine, ENGINES) or f"use one of {', '.join(ENGINES)}")
+    server = _parse_server(top.section("server", required=True))
+    params_section = top.section("params", required=True)
+    if not params_section.data:
+        raise SpaceError("params", "is empty: there is nothing to search", "list at least one parameter")
+    params = parse_params(params_section, server.fixed)
+    constraints = parse_constraints(top.get("constraints", list, []), "constraints")
+    baseline = top.get("baseline", dict, None)
+    space = Space(params, constraints, server.fixed, server.env, server.gpus, baseline)
+    space.check_baseline()
+    space.check_satisfiable()
+    gate = _parse_gate(top.section("gate"))
+    probe = _parse_probe(top.section("probe"))
+    objective = _parse_objective(top.section("objective"), probe)
+    top.done(allowed=["help", "description"])
+    return Spec(name, engine, server, space, gate, probe, objective, text)
+
+
+def _parse_server(s: Section) -> ServerSpec:
+    command = s.get("command", list, None)
+    if command is not None:
+        if not command:
+            raise SpaceError(s.child("command"), "is empty", "give the server command as an argv list")
+        for i, part in enumerate(command):
+            check_type(part, str, f"{s.child('command')}[{i}]")
+        command = tuple(command)
+    fixed = dict(s.get("fixed", dict, {}))
+    for key in fixed:
+        if str(key).startswith("-"):
+            raise SpaceError(f"{s.child('fixed')}.{key}", "flag names are written without leading dashes",
+                             f"write '{str(key).lstrip('-')}:'")
+        if key in ("host", "port", "model-path", "api-key"):
+            raise SpaceError(f"{s.child('fixed')}.{key}", "is set by the tuner, not as a fixed flag",
+                             f"use server.{key}" if key != "port" else "remove it: the tuner picks a free port")
+    env = {str(k): str(v) for k, v in s.get("env", dict, {}).items()}
+    spec = ServerSpec(
+        command=command,
+        model_path=s.get("model-path", str),
+        host=s.get("host", str, "127.0.0.1"),
+        fixed=fixed,
+        env=env,
+        startup_timeout=s.get("startup-timeout", float, 1800.0),
+        stall_timeout=s.get("stall-timeout", float, 600.0),
+        gpus=s.get("gpus", int, None),
+        api_key_env=s.get("api-key-env", str, None),
+    )
+    for key in ("startup-timeout", "stall-timeout"):
+        if s.data.get(key) is not None and s.data[key] <= 0:
+            raise SpaceError(s.child(key), "must be positive", "give seconds > 0")
+    s.done()
+    return spec
+
+
+def _parse_gate(s: Section) -> GateSpec:
+    raw = s.get("prompts", list, None)
+    prompts = DEFAULT_GATE_PROMPTS
+    if raw is not None:
+        if not raw:
+            raise SpaceError(s.child("prompts"), "is empty", "list at least one prompt")
+        parsed = []
+        for i, item in enumerate(raw):
+            p = Section(item, f"{s.child('prompts')}[{i}]")
+            parsed.append(GatePrompt(p.get("prompt", str), p.get("expect", str, None)))
+            p.done()
+        prompts = tuple(parsed)
+    checks = s.get("checks", list, list(GATE_CHECKS))
+    for i, c in enumerate(checks):
+        if c not in GATE_CHECKS:
+            raise SpaceError(f"{s.child('checks')}[{i}]", f"unknown check '{c}'",
+                             did_you_mean(str(c), GATE_CHECKS) or f"use some of {', '.join(GATE_CHECKS)}")
+    gate = GateSpec(prompts=prompts, max_new_tokens=s.get("max-new-tokens", int, 16), checks=tuple(checks),
+                    logprob_tolerance=s.get("logprob-tolerance", float, 0.05),
+                    agreement_tokens=s.get("agreement-tokens", int, 4),
+                    recheck_after_load=s.get("recheck-after-load", bool, True),
+                    request_timeout=s.get("request-timeout", float, 120.0))
+    if gate.max_new_tokens < 1:
+        raise SpaceError(s.child("max-new-tokens"), "must be at least 1", "give a positive token count")
+    if "known-answer" in checks and not any(p.expect for p in prompts):
+        raise SpaceError(s.child("checks"), "known-answer is enabled but no prompt has 'expect'",
+                         "add 'expect:' to a prompt or drop known-answer from gate.checks")
+    s.done()
+    return gate
+
+
+def _parse_probe(s: Section) -> ProbeSpec:
+    conc = s.get("concurrency", (list, int), [64])
+    conc = [conc] if isinstance(conc, int) else conc
+    for i, c in enumerate(conc):
+        check_type(c, int, f"{s.child('concurrency')}[{i}]")
+        if c < 1:
+            raise SpaceError(f"{s.child('concurrency')}[{i}]", "must be at least 1", "give a positive concurrency")
+    if not conc:
+        raise SpaceError(s.child("concurrency"), "is empty", "give at least one concurrency level")
+    probe = ProbeSpec(
+        concurrency=tuple(conc), requests=s.get("requests", int, 128), input_len=s.get("input-len", int, 1024),
+        output_len=s.get("output-len", int, 256), len_jitter=s.get("len-jitter", float, 0.0),
+        warmup=s.get("warmup", int, 2), seed=s.get("seed", int, 0), dataset=s.get("dataset", str, None),
+        request_timeout=s.get("request-timeout", float, 600.0),
+        max_error_rate=s.get("max-error-rate", float, 0.0), logprob_every=s.get("logprob-every", int, 8))
+    for key, value in (("requests", probe.requests), ("input-len", probe.input_len),
+                       ("output-len", probe.output_len)):
+        if value < 1:
+            raise SpaceError(s.child(key), "must be at least 1", "give a positive number")
+    if not 0 <= probe.len_jitter < 1:
+        raise SpaceError(s.child("len-jitter"), "must be in [0, 1)", "give a fraction such as 0.5")
+    if probe.dataset and not Path(probe.dataset).is_file():
+        raise SpaceError(s.child("dataset"), f"{probe.dataset} does not exist", "give a JSONL file of prompts")
+    s.done()
+    return probe
+
+
+def _parse_objective(s: Section, probe: ProbeSpec) -> Objective:
+    def metric(key: str, default: str | None) -> str | None:
+        value = s.get(key, str, default)
+        if value is not None and value not in METRICS:
+            raise SpaceError(s.child(key), f"unknown metric '{value}'",
+                             did_you_mean(value, METRICS) or "use e.g. output_throughput or p99_ttft_ms")
+        return value
+
+    def direction(key: str, metric_name: str | None) -> str:
+        default = "maximize" if metric_name and "throughput" in metric_name else "minimize"
+        value = s.get(key, str, default)
+        if value not in ("maximize", "minimize"):
+            raise SpaceError(s.child(key), f"'{value}' is not a direction", "write maximize or minimize")
+        return value
+
+    first = metric("metric", "output_throughput")
+    second = metric("second-metric", None)
+    slo_raw = s.get("slo", dict, {})
+    slo = {}
+    for key, value in slo_raw.items():
+        if key not in METRICS:
+            raise SpaceError(f"{s.child('slo')}.{key}", "is not a metric",
+                             did_you_mean(str(key), METRICS) or "use e.g. p99_ttft_ms")
+        slo[key] = float(check_type(value, float, f"{s.child('slo')}.{key}"))
+    conc = s.get("concurrency", int, None)
+    if conc is not None and conc not in probe.concurrency:
+        raise SpaceError(s.child("concurrency"), f"{conc} is not one of probe.concurrency {list(probe.concurrency)}",
+                         "add it to probe.concurrency or choose a listed level")
+    obj = Objective(first, direction("direction", first), conc, slo, second,
+                    direction("second-direction", second) if second else "minimize")
+    s.done()
+    return obj

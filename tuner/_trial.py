@@ -1,0 +1,171 @@
+"""One trial, top to bottom: launch, readiness, effective arguments, gate, probe, re-check, teardown.
+
+Each stage is its own module; this one only strings them together, times them, and turns whatever
+goes wrong into a :class:`FailureRecord`. The server is always stopped, whatever happens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from ._failures import FailureKind, FailureRecord, TrialFailure
+from ._gate import GateResult, run_gate
+from ._launch import LaunchRequest, ServerProcess, launch
+from ._logwatch import LogWatcher
+from ._probe import ProbeResult, ProbeStopped, run_probe
+from ._readiness import SETTLE_S, check_alive, wait_until_ready
+from ._redact import redact_argv
+from ._space import ServerConfig
+from ._spec import Spec
+from ._teardown import TeardownResult, stop_server
+from .engines import Engine
+
+
+@dataclass(frozen=True)
+class TrialPlan:
+    number: int
+    config: ServerConfig
+    workdir: Path
+    port: int
+    gpu_ids: tuple[int, ...] | None = None
+    reference: Mapping[str, list[int]] | None = None  # the baseline's greedy token ids
+
+
+@dataclass
+class TrialContext:
+    """What stays the same for every trial of a study."""
+
+    spec: Spec
+    engine: Engine
+    command: tuple[str, ...]
+    api_key: str | None = None
+    base_env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    on_stage: Callable[[int, str], None] = lambda number, stage: None
+    # Reports intermediate throughput; returns True when the pruner says stop.
+    on_progress: Callable[[int, float], bool] | None = None
+    # On a GPU host: True once the GPUs a trial used are back to their memory baseline.
+    gpus_settled: Callable[[tuple[int, ...]], bool] | None = None
+
+
+@dataclass
+class TrialResult:
+    number: int
+    config: ServerConfig
+    argv: list[str] = field(default_factory=list)  # redacted
+    failure: FailureRecord | None = None
+    stopped_early: bool = False
+    seconds: dict[str, float] = field(default_factory=dict)
+    server_info: dict[str, Any] = field(default_factory=dict)
+    overrides: dict[str, Any] = field(default_factory=dict)  # flag -> {"asked": ..., "got": ...}
+    version: str | None = None
+    gate: GateResult | None = None
+    probe: ProbeResult | None = None
+    teardown: TeardownResult | None = None
+    log_path: Path | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None and not self.stopped_early and self.probe is not None
+
+
+def run_trial(ctx: TrialContext, plan: TrialPlan) -> TrialResult:
+    spec, engine = ctx.spec, ctx.engine
+    result = TrialResult(plan.number, plan.config)
+    argv = engine.argv(ctx.command, spec.server.model_path, spec.server.host, plan.port,
+                       plan.config.flags, ctx.api_key)
+    result.argv = redact_argv(argv)
+    env = {**ctx.base_env, **plan.config.env}
+    if plan.gpu_ids is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, plan.gpu_ids))
+    headers = {"Authorization": f"Bearer {ctx.api_key}"} if ctx.api_key else {}
+    server: ServerProcess | None = None
+
+    @contextlib.contextmanager
+    def stage(name: str) -> Iterator[None]:
+        ctx.on_stage(plan.number, name)
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            result.seconds[name] = result.seconds.get(name, 0.0) + time.monotonic() - t0
+
+    try:
+        with stage("launch"):
+            server = launch(LaunchRequest(argv, env, plan.workdir, spec.server.host, plan.port))
+        result.log_path = server.log_path
+        watcher = LogWatcher(server.log_path, engine)
+        with httpx.Client(base_url=server.base_url, headers=headers,
+                          timeout=httpx.Timeout(spec.gate.request_timeout, connect=5.0)) as client:
+            with stage("readiness"):
+                wait_until_ready(server, engine, watcher, client, spec.server.startup_timeout,
+                                 spec.server.stall_timeout)
+            with stage("server_info"), _explained(server, watcher, "server_info"):
+                _read_back(engine, client, plan.config, result)
+            vocab = result.server_info.get("vocab_size")
+            with stage("gate"), _explained(server, watcher, "gate"):
+                result.gate = run_gate(client, engine, spec.gate, reference=plan.reference, vocab_size=vocab)
+                check_alive(server, watcher, "gate")
+            with stage("probe"), _explained(server, watcher, "probe"):
+                result.probe = run_probe(server.base_url, headers, engine, spec.probe,
+                                         alive=lambda: check_alive(server, watcher, "probe"),
+                                         objective_level=spec.objective.concurrency,
+                                         on_progress=ctx.on_progress)
+            if spec.gate.recheck_after_load:
+                with stage("recheck"), _explained(server, watcher, "recheck"):
+                    run_gate(client, engine, spec.gate, stage="recheck", vocab_size=vocab, quick=True)
+                    check_alive(server, watcher, "recheck")
+    except TrialFailure as failure:
+        result.failure = FailureRecord.from_exception(failure)
+    except ProbeStopped:
+        result.stopped_early = True
+    finally:
+        if server is not None:
+            with stage("teardown"):
+                settle = (lambda: ctx.gpus_settled(plan.gpu_ids)) if ctx.gpus_settled and plan.gpu_ids else None
+                result.teardown = stop_server(server, settle=settle)
+    return result
+
+
+@contextlib.contextmanager
+def _explained(server: ServerProcess, watcher: LogWatcher, stage: str) -> Iterator[None]:
+    """When a request fails, the real cause is often that the server died: report that instead."""
+    try:
+        yield
+    except (TrialFailure, httpx.HTTPError) as exc:
+        # Wait briefly for an exit or a fatal line; check_alive raises once either has settled.
+        quiet_until = time.monotonic() + SETTLE_S
+        while watcher.fatal is not None or time.monotonic() < quiet_until:
+            check_alive(server, watcher, stage)
+            time.sleep(0.02)
+        if isinstance(exc, TrialFailure):
+            raise
+        raise TrialFailure(FailureKind.CRASH_UNDER_LOAD if stage != "server_info" else FailureKind.CRASH_ON_START,
+                           f"request failed: {type(exc).__name__}: {exc}"[:300], watcher.excerpt(), stage) from exc
+
+
+def _read_back(engine: Engine, client: httpx.Client, config: ServerConfig, result: TrialResult) -> None:
+    info = engine.server_info(client)
+    result.server_info = info
+    result.version = engine.version(info)
+    got = engine.effective_flags(info, config.flags)
+    for flag, asked in config.flags.items():
+        if flag in got and not _same(asked, got[flag]):
+            result.overrides[flag] = {"asked": asked, "got": got[flag]}
+
+
+def _same(asked: Any, got: Any) -> bool:
+    if isinstance(asked, bool) or isinstance(got, bool):
+        return bool(asked) == bool(got)
+    if isinstance(asked, (int, float)) and isinstance(got, (int, float)):
+        return abs(float(asked) - float(got)) < 1e-9
+    if isinstance(asked, (list, tuple)) and isinstance(got, (list, tuple)):
+        return list(map(str, asked)) == list(map(str, got))
+    return str(asked) == str(got)

@@ -1,0 +1,19 @@
+"""Engines: everything that differs between SGLang and vLLM."""
+
+from __future__ import annotations
+
+from ._base import Completion, Engine, StreamEvent, flag_argv
+from ._sglang import SGLang
+
+
+def get_engine(name: str) -> Engine:
+    if name == "sglang":
+        return SGLang()
+    if name == "vllm":
+        from ._vllm import VLLM
+
+        return VLLM()
+    raise KeyError(name)
+
+
+__all__ = ["Completion", "Engine", "StreamEvent", "flag_argv", "get_engine", "SGLang"]

@@ -1,0 +1,140 @@
+"""What the trial pipeline needs to know about an inference engine, in one place per engine.
+
+The pipeline never mentions an engine by name: launching, readiness, reading effective arguments
+back, fatal log lines, the requests of the gate and the probe, and the exported config all go
+through an :class:`Engine`. Adding an engine means adding one module here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from .._failures import FailureKind
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One greedy completion, as the gate sees it."""
+
+    text: str
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float | None, ...]  # of each output token; None where the server sent null
+    prompt_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class StreamEvent:
+    """What one streamed chunk added."""
+
+    text: str  # the text so far
+    completion_tokens: int | None  # tokens so far, where the engine says
+    logprobs: tuple[float | None, ...] = ()
+    finished: bool = False
+    prompt_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class FatalPattern:
+    regex: re.Pattern[str]
+    kind: FailureKind
+
+
+@dataclass
+class Engine:
+    name: str
+    default_command: tuple[str, ...]
+    ready_path: str
+    fatal_patterns: Sequence[FatalPattern] = field(default_factory=tuple)
+    # Flags whose values say how many GPUs a server uses (product, each defaulting to 1).
+    gpu_flags: tuple[str, ...] = ()
+    display_command: tuple[str, ...] = ()  # how a person launches it, for exported commands
+
+    # -- launching ---------------------------------------------------------------------------------
+    def argv(self, command: Sequence[str], model_path: str, host: str, port: int,
+             flags: Mapping[str, Any], api_key: str | None) -> list[str]:
+        raise NotImplementedError
+
+    def gpus_needed(self, flags: Mapping[str, Any]) -> int:
+        n = 1
+        for flag in self.gpu_flags:
+            value = flags.get(flag)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                n *= value
+        return n
+
+    def classify_log_line(self, line: str) -> FailureKind | None:
+        for pattern in self.fatal_patterns:
+            if pattern.regex.search(line):
+                return pattern.kind
+        return None
+
+    # -- after start ---------------------------------------------------------------------------------
+    def server_info(self, client: httpx.Client) -> dict[str, Any]:
+        """The effective arguments and version, as the server reports them."""
+        raise NotImplementedError
+
+    def effective_flags(self, info: Mapping[str, Any], asked: Mapping[str, Any]) -> dict[str, Any]:
+        """For each flag asked for, the value the server says it uses (absent where it does not say)."""
+        out = {}
+        for flag in asked:
+            key = flag.replace("-", "_")
+            if key in info:
+                out[flag] = info[key]
+        return out
+
+    def version(self, info: Mapping[str, Any]) -> str | None:
+        return info.get("version")
+
+    # -- gate and probe ----------------------------------------------------------------------------
+    def complete(self, client: httpx.Client, prompt: str, max_tokens: int) -> Completion:
+        raise NotImplementedError
+
+    def prefill_logprobs(self, client: httpx.Client, prompt: str, completion: Completion) -> tuple[float | None, ...]:
+        """Logprobs of the completion's tokens when prompt + completion is prefilled at once."""
+        raise NotImplementedError
+
+    def stream_request(self, prompt: str | list[int], max_tokens: int, logprobs: bool) -> tuple[str, dict]:
+        raise NotImplementedError
+
+    def parse_stream_event(self, data: Mapping[str, Any]) -> StreamEvent:
+        raise NotImplementedError
+
+    # -- export ------------------------------------------------------------------------------------
+    def config_file(self, flags: Mapping[str, Any], model_path: str) -> dict[str, Any]:
+        """The engine's --config YAML mapping for these flags."""
+        raise NotImplementedError
+
+
+def flag_argv(flags: Mapping[str, Any]) -> list[str]:
+    """SGLang/vLLM CLI spelling: `--name value`, a bare flag for true, nothing for false/None."""
+    argv: list[str] = []
+    for name, value in flags.items():
+        if value is None or value is False:
+            continue
+        if value is True:
+            argv.append(f"--{name}")
+        elif isinstance(value, (list, tuple)):
+            if value:
+                argv += [f"--{name}", *map(str, value)]
+        else:
+            argv += [f"--{name}", str(value)]
+    return argv
+
+
+def patterns(*pairs: tuple[str, FailureKind]) -> tuple[FatalPattern, ...]:
+    return tuple(FatalPattern(re.compile(rx), kind) for rx, kind in pairs)
+
+
+def finite_or_none(value: Any) -> float | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return None
+    return v if v == v and v not in (float("inf"), float("-inf")) else None

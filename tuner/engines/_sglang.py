@@ -1,0 +1,106 @@
+"""SGLang: `python -m sglang.launch_server`, its native /generate API and its --config file."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import httpx
+
+from .._failures import FailureKind
+from ._base import Completion, Engine, StreamEvent, finite_or_none, flag_argv, patterns
+
+K = FailureKind
+
+# Order matters only for the first match of one line; the log watcher ranks kinds across lines.
+SGLANG_FATAL = patterns(
+    (r"Capture (cuda|CUDA) graph failed|Capture .*CUDA graph failed", K.GRAPH_CAPTURE_FAILED),
+    (r"CUDA out of memory|OutOfMemoryError|Not enough memory\. |Prefill out of memory|Decode out of memory",
+     K.OOM),
+    (r"NaN detected|NaN in the logits", K.NAN),
+    (r"Scheduler hit an exception|Received sigquit from a child process|Initialization failed\. "
+     r"|Traceback \(most recent call last\)", K.CRASH_ON_START),
+)
+
+
+class SGLang(Engine):
+    def __init__(self) -> None:
+        super().__init__(
+            name="sglang",
+            default_command=(sys.executable, "-m", "sglang.launch_server"),
+            ready_path="/health",
+            fatal_patterns=SGLANG_FATAL,
+            gpu_flags=("tp-size", "tensor-parallel-size", "pp-size", "dp-size"),
+            display_command=("python", "-m", "sglang.launch_server"),
+        )
+
+    def gpus_needed(self, flags: Mapping[str, Any]) -> int:
+        # With DP attention the dp ranks share the tp GPUs instead of adding to them.
+        if flags.get("enable-dp-attention") or flags.get("attn-dp-size"):
+            flags = {k: v for k, v in flags.items() if k != "dp-size"}
+        return super().gpus_needed(flags)
+
+    def argv(self, command: Sequence[str], model_path: str, host: str, port: int,
+             flags: Mapping[str, Any], api_key: str | None) -> list[str]:
+        argv = [*command, "--model-path", model_path, "--host", host, "--port", str(port)]
+        if api_key:
+            argv += ["--api-key", api_key]
+        return argv + flag_argv(flags)
+
+    def server_info(self, client: httpx.Client) -> dict[str, Any]:
+        for path in ("/server_info", "/get_server_info"):
+            response = client.get(path)
+            if response.status_code == 404:
+                continue
+            response.raise_for_status()
+            return response.json()
+        return {}
+
+    def complete(self, client: httpx.Client, prompt: str, max_tokens: int) -> Completion:
+        body = {"text": prompt, "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0.0},
+                "return_logprob": True, "logprob_start_len": 0}
+        response = client.post("/generate", json=body)
+        response.raise_for_status()
+        data = response.json()
+        meta = data.get("meta_info", {})
+        out = meta.get("output_token_logprobs") or []
+        prompt_ids = tuple(int(t[1]) for t in meta.get("input_token_logprobs") or [])
+        ids = tuple(int(t[1]) for t in out) or tuple(data.get("output_ids") or ())
+        return Completion(text=data.get("text", ""), token_ids=ids,
+                          logprobs=tuple(finite_or_none(t[0]) for t in out), prompt_ids=prompt_ids)
+
+    def prefill_logprobs(self, client: httpx.Client, prompt: str, completion: Completion) -> tuple[float | None, ...]:
+        body = {"input_ids": list(completion.prompt_ids) + list(completion.token_ids),
+                "sampling_params": {"max_new_tokens": 0, "temperature": 0.0},
+                "return_logprob": True, "logprob_start_len": 0}
+        response = client.post("/generate", json=body)
+        response.raise_for_status()
+        entries = response.json().get("meta_info", {}).get("input_token_logprobs") or []
+        tail = entries[len(entries) - len(completion.token_ids):] if completion.token_ids else []
+        return tuple(finite_or_none(t[0]) for t in tail)
+
+    def stream_request(self, prompt: str | list[int], max_tokens: int, logprobs: bool) -> tuple[str, dict]:
+        body: dict[str, Any] = {"sampling_params": {"max_new_tokens": max_tokens, "temperature": 0.0,
+                                                    "ignore_eos": True},
+                                "stream": True}
+        body["input_ids" if isinstance(prompt, list) else "text"] = prompt
+        if logprobs:
+            body["return_logprob"] = True
+            body["logprob_start_len"] = -1
+        return "/generate", body
+
+    def parse_stream_event(self, data: Mapping[str, Any]) -> StreamEvent:
+        meta = data.get("meta_info") or {}
+        lps = tuple(finite_or_none(t[0]) for t in meta.get("output_token_logprobs") or ())
+        finish = meta.get("finish_reason")
+        return StreamEvent(text=data.get("text", ""), completion_tokens=meta.get("completion_tokens"),
+                           logprobs=lps, finished=finish is not None, prompt_tokens=meta.get("prompt_tokens"))
+
+    def config_file(self, flags: Mapping[str, Any], model_path: str) -> dict[str, Any]:
+        out: dict[str, Any] = {"model-path": model_path}
+        for name, value in flags.items():
+            if value is None or value is False:
+                continue  # SGLang's --config cannot express an absent flag otherwise
+            out[name] = list(value) if isinstance(value, (list, tuple)) else value
+        return out
