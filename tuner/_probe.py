@@ -204,6 +204,7 @@ async def _one(client: httpx.AsyncClient, engine: Engine, item: WorkItem, want_l
     last = sent
     tokens_so_far = 0
     nan_seen = False
+    parser = engine.stream_parser()
     try:
         async with client.stream("POST", path, json=body) as response:
             if response.status_code != 200:
@@ -216,7 +217,7 @@ async def _one(client: httpx.AsyncClient, engine: Engine, item: WorkItem, want_l
                 payload = line[5:].strip()
                 if payload == "[DONE]":
                     break
-                event = engine.parse_stream_event(json.loads(payload))
+                event = parser.feed(json.loads(payload))
                 now = time.perf_counter()
                 count = event.completion_tokens if event.completion_tokens is not None else tokens_so_far + 1
                 new = count - tokens_so_far

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -36,6 +36,10 @@ class StreamEvent:
     logprobs: tuple[float | None, ...] = ()
     finished: bool = False
     prompt_tokens: int | None = None
+
+
+class StreamParser(Protocol):
+    def feed(self, data: Mapping[str, Any]) -> StreamEvent: ...
 
 
 @dataclass(frozen=True)
@@ -101,7 +105,8 @@ class Engine:
     def stream_request(self, prompt: str | list[int], max_tokens: int, logprobs: bool) -> tuple[str, dict]:
         raise NotImplementedError
 
-    def parse_stream_event(self, data: Mapping[str, Any]) -> StreamEvent:
+    def stream_parser(self) -> StreamParser:
+        """A parser for one streamed response: it turns each `data:` object into the totals so far."""
         raise NotImplementedError
 
     # -- export ------------------------------------------------------------------------------------

@@ -90,12 +90,8 @@ class SGLang(Engine):
             body["logprob_start_len"] = -1
         return "/generate", body
 
-    def parse_stream_event(self, data: Mapping[str, Any]) -> StreamEvent:
-        meta = data.get("meta_info") or {}
-        lps = tuple(finite_or_none(t[0]) for t in meta.get("output_token_logprobs") or ())
-        finish = meta.get("finish_reason")
-        return StreamEvent(text=data.get("text", ""), completion_tokens=meta.get("completion_tokens"),
-                           logprobs=lps, finished=finish is not None, prompt_tokens=meta.get("prompt_tokens"))
+    def stream_parser(self) -> _SGLangStream:
+        return _SGLangStream()
 
     def config_file(self, flags: Mapping[str, Any], model_path: str) -> dict[str, Any]:
         out: dict[str, Any] = {"model-path": model_path}
@@ -104,3 +100,14 @@ class SGLang(Engine):
                 continue  # SGLang's --config cannot express an absent flag otherwise
             out[name] = list(value) if isinstance(value, (list, tuple)) else value
         return out
+
+
+class _SGLangStream:
+    """SGLang's stream events already carry the totals so far: nothing to remember between them."""
+
+    def feed(self, data: Mapping[str, Any]) -> StreamEvent:
+        meta = data.get("meta_info") or {}
+        lps = tuple(finite_or_none(t[0]) for t in meta.get("output_token_logprobs") or ())
+        finish = meta.get("finish_reason")
+        return StreamEvent(text=data.get("text", ""), completion_tokens=meta.get("completion_tokens"),
+                           logprobs=lps, finished=finish is not None, prompt_tokens=meta.get("prompt_tokens"))
