@@ -36,6 +36,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout", type=float, default=None, help="stop starting trials after this many seconds")
     run.add_argument("--api-key-env", default=None, metavar="NAME",
                      help="environment variable holding the server's API key")
+    run.add_argument("--gpus", default=None, help="GPUs the trials may use, e.g. 0-7: trials that need fewer "
+                     "run in parallel on disjoint subsets")
+    run.add_argument("--parallel", type=int, default=None, help="trials at once (default: as the GPUs allow)")
     change = run.add_mutually_exclusive_group()
     change.add_argument("--continue", dest="on_space_change", action="store_const", const="continue",
                         default="refuse", help="go on with a study whose space file has changed")
@@ -50,6 +53,18 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--out", default=None, help="file to write (default: best.yaml; '-' for stdout)")
     export.add_argument("--format", choices=("yaml", "cmd", "json"), default="yaml")
     export.add_argument("--trial", type=int, default=None, help="export this trial instead of the best")
+
+    confirm = sub.add_parser("confirm", help="re-measure the best trials on fresh servers and rank by the median")
+    storage_args(confirm)
+    confirm.add_argument("--top", type=int, default=3)
+    confirm.add_argument("--repeats", type=int, default=3)
+    confirm.add_argument("--workdir", default="runs")
+
+    dashboard = sub.add_parser("dashboard", help="start optuna-dashboard on the storage, with the server logs")
+    dashboard.add_argument("--storage", default="sqlite:///trials.db")
+    dashboard.add_argument("--host", default="127.0.0.1")
+    dashboard.add_argument("--port", type=int, default=8080)
+    dashboard.add_argument("--workdir", default="runs")
 
     show = sub.add_parser("show", help="table of trials and failure breakdown")
     storage_args(show)
@@ -79,7 +94,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         run(RunOptions(trials=args.trials, space=args.space, model=args.model, storage=args.storage,
                        study=args.study, simulate=args.simulate, sampler=args.sampler, seed=args.seed,
                        workdir=args.workdir, timeout=args.timeout, on_space_change=args.on_space_change,
-                       api_key_env=args.api_key_env))
+                       api_key_env=args.api_key_env, gpus=args.gpus, parallel=args.parallel))
         return 0
     if args.command == "check":
         from ._run import check
@@ -90,6 +105,16 @@ def _dispatch(args: argparse.Namespace) -> int:
         from ._export import export
 
         export(args.storage, args.study, args.out, args.format, args.trial)
+        return 0
+    if args.command == "confirm":
+        from ._confirm import confirm
+
+        confirm(args.storage, args.study, args.top, args.repeats, args.workdir)
+        return 0
+    if args.command == "dashboard":
+        from ._dashboard import serve
+
+        serve(args.storage, args.host, args.port, args.workdir)
         return 0
     if args.command == "show":
         from ._show import show

@@ -87,5 +87,5 @@ def table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
 
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
-        return f"{value:.1f}"
+        return f"{value:.4g}" if abs(value) < 100 else f"{value:.1f}"
     return "-" if value is None else str(value)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 
@@ -29,11 +30,12 @@ class _NotReady(Exception):
 
 
 def wait_until_ready(server: ServerProcess, engine: Engine, watcher: LogWatcher, client: httpx.Client,
-                     startup_timeout: float, stall_timeout: float) -> ReadinessResult:
+                     startup_timeout: float, stall_timeout: float,
+                     cancel: threading.Event | None = None) -> ReadinessResult:
     deadline = server.started + startup_timeout
 
     def attempt() -> None:
-        check_alive(server, watcher, stage="readiness")
+        check_alive(server, watcher, stage="readiness", cancel=cancel)
         now = time.monotonic()
         if now > deadline:
             raise TrialFailure(FailureKind.STARTUP_TIMEOUT, f"not ready after {startup_timeout:g} s",
@@ -58,8 +60,11 @@ def wait_until_ready(server: ServerProcess, engine: Engine, watcher: LogWatcher,
     return ReadinessResult(time.monotonic() - server.started, watcher.lines_seen)
 
 
-def check_alive(server: ServerProcess, watcher: LogWatcher, stage: str) -> None:
+def check_alive(server: ServerProcess, watcher: LogWatcher, stage: str,
+                cancel: threading.Event | None = None) -> None:
     """Raise the trial's failure if the process has exited or the log shows a fatal line."""
+    if cancel is not None and cancel.is_set():
+        raise TrialFailure(FailureKind.INTERRUPTED, "the run was interrupted", "", stage)
     watcher.poll()
     code = server.popen.poll()
     if watcher.fatal is not None and code is None and time.monotonic() - watcher.fatal.seen_at < SETTLE_S:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -15,13 +17,15 @@ from optuna.trial import TrialState
 
 from ._check import CheckReport, check_flags, parse_help, raise_on_errors, server_help
 from ._errors import UsageError
+from ._gpus import GpuProbe, MemoryBaseline, parse_gpu_list
+from ._slots import SlotPool
 from ._progress import Progress, summary
 from ._redact import Redactor
 from ._spec import Spec, load_spec
 from ._study import load_or_create, open_storage
 from ._teardown import end_orphans
 from ._trial import TrialContext
-from ._worker import Worker
+from ._worker import Interrupted, Worker
 from .engines import get_engine
 
 DEFAULT_SPACE = Path("search_spaces/default.yaml")
@@ -43,6 +47,8 @@ class RunOptions:
     timeout: float | None = None
     on_space_change: str = "refuse"
     api_key_env: str | None = None
+    gpus: str | None = None  # e.g. "0-7": run trials in parallel on disjoint subsets
+    parallel: int | None = None  # trials at once (default: as many as the GPUs allow)
 
 
 @dataclass(frozen=True)
@@ -113,30 +119,36 @@ def run(options: RunOptions, stream=sys.stderr) -> optuna.Study:
     if ended:
         progress.say(f"ended {len(ended)} server(s) left running by an earlier, killed run: groups {ended}")
     _requeue_interrupted(study)
-    artifacts = workdir / "artifacts"
-    artifacts.mkdir(exist_ok=True)
+    # What `confirm` needs to launch the same servers again.
+    study.set_user_attr("server_command", list(prepared.command))
+    study.set_user_attr("simulate", options.simulate)
+    artifacts = Path(options.workdir) / "artifacts"  # one store for every study, as the dashboard reads one
+    artifacts.mkdir(parents=True, exist_ok=True)
     from optuna.artifacts import FileSystemArtifactStore
 
     engine = get_engine(spec.engine)
-    ctx = TrialContext(spec, engine, prepared.command, api_key, prepared.env, on_stage=progress.stage)
+    pool, n_jobs, settled = _slots(options, spec, engine, progress)
+    ctx = TrialContext(spec, engine, prepared.command, api_key, prepared.env, on_stage=progress.stage,
+                       gpus_settled=settled)
     redactor = Redactor(prepared.env, [api_key] if api_key else [])
     worker = Worker(spec, ctx, workdir, options.sampler, FileSystemArtifactStore(str(artifacts)), redactor,
-                    on_trial_end=progress.trial_end)
+                    on_trial_end=progress.trial_end, pool=pool)
     done = _finished(study)
     remaining = options.trials - done
     progress.say(f"study '{study_name}' on {options.storage}: {done} of {options.trials} trials done; "
                  f"{prepared.report.flags_checked} flags checked against '{' '.join(prepared.command)} --help'")
     if remaining > 0:
-        with _sigterm_as_interrupt():
+        with _interrupts_cancel(ctx.cancel):
             try:
-                study.optimize(worker, n_trials=remaining, timeout=options.timeout, catch=(),
+                study.optimize(worker, n_trials=remaining, timeout=options.timeout, catch=(), n_jobs=n_jobs,
                                callbacks=[optuna.study.MaxTrialsCallback(
                                    options.trials, states=(TrialState.COMPLETE, TrialState.PRUNED))],
                                gc_after_trial=False, show_progress_bar=False)
-            except KeyboardInterrupt:
+            except (KeyboardInterrupt, Interrupted):
+                ctx.cancel.set()
                 progress.say("interrupted: the server was stopped and the trial marked; "
                              "run the same command again to resume")
-                raise
+                raise KeyboardInterrupt from None
     progress.say(summary(study, spec))
     return study
 
@@ -172,16 +184,50 @@ def _api_key(env_name: str | None) -> str | None:
 
 
 @contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM stops the run the way Ctrl-C does: the trial's server is torn down, the trial marked."""
+def _interrupts_cancel(cancel: threading.Event) -> Iterator[None]:
+    """Ctrl-C and SIGTERM stop the run: running trials stop at their next check, their servers are
+    torn down, and the trials are marked interrupted."""
     def handler(signum: int, frame: object) -> None:
+        cancel.set()
         raise KeyboardInterrupt(f"signal {signum}")
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _slots(options: RunOptions, spec: Spec, engine, progress: Progress):
+    """GPU slots and how many trials run at once."""
+    if options.gpus is None:
+        if options.parallel not in (None, 1):
+            raise UsageError("--parallel needs --gpus", "pass --gpus 0-7 (the GPUs the trials may use)")
+        return None, 1, None
+    gpu_ids = parse_gpu_list(options.gpus)
+    smallest = _fewest_gpus(spec, engine)
+    n_jobs = options.parallel or max(1, len(gpu_ids) // smallest)
+    settled = None
+    if not options.simulate:
+        probe = GpuProbe()
+        if probe.backend == "none":
+            progress.say(f"warning: no GPU visible ({probe.reason}); GPU memory is not checked between trials")
+        else:
+            baseline = MemoryBaseline(probe, gpu_ids)
+            settled = baseline.settled
+    progress.say(f"GPU slots: {len(gpu_ids)} GPUs {list(gpu_ids)}, up to {n_jobs} trials at once "
+                 f"(smallest configuration needs {smallest})")
+    return SlotPool(gpu_ids), n_jobs, settled
+
+
+def _fewest_gpus(spec: Spec, engine) -> int:
+    points = spec.space.grid_points(limit=20_000)
+    if points is None:
+        rng = random.Random(0)
+        points = [spec.space.random_sample(rng) for _ in range(2000)]
+    needs = [engine.gpus_needed(spec.space.config(p).flags) for p in points if not spec.space.violations(p)]
+    return min(needs) if needs else 1
 
 
 def check(space: str | None, simulate: str | None, model: str | None, stream=sys.stdout) -> CheckReport:

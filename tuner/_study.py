@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import warnings
 from typing import Any
 
 import optuna
@@ -11,6 +12,9 @@ import sqlalchemy.exc
 
 from ._errors import StorageError, StudyMismatchError, UsageError
 from ._spec import Spec
+
+# Heartbeats, the retry callback and metric names are marked experimental; they are what we rely on.
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 SAMPLERS = ("tpe", "random", "gp")
 HEARTBEAT_INTERVAL = 5

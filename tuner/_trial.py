@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -53,6 +54,8 @@ class TrialContext:
     on_progress: Callable[[int, float], bool] | None = None
     # On a GPU host: True once the GPUs a trial used are back to their memory baseline.
     gpus_settled: Callable[[tuple[int, ...]], bool] | None = None
+    # Set when the run is interrupted: every stage of every running trial stops at its next check.
+    cancel: threading.Event = field(default_factory=threading.Event)
 
 
 @dataclass
@@ -106,22 +109,22 @@ def run_trial(ctx: TrialContext, plan: TrialPlan) -> TrialResult:
                           timeout=httpx.Timeout(spec.gate.request_timeout, connect=5.0)) as client:
             with stage("readiness"):
                 wait_until_ready(server, engine, watcher, client, spec.server.startup_timeout,
-                                 spec.server.stall_timeout)
+                                 spec.server.stall_timeout, ctx.cancel)
             with stage("server_info"), _explained(server, watcher, "server_info"):
                 _read_back(engine, client, plan.config, result)
             vocab = result.server_info.get("vocab_size")
             with stage("gate"), _explained(server, watcher, "gate"):
                 result.gate = run_gate(client, engine, spec.gate, reference=plan.reference, vocab_size=vocab)
-                check_alive(server, watcher, "gate")
+                check_alive(server, watcher, "gate", ctx.cancel)
             with stage("probe"), _explained(server, watcher, "probe"):
                 result.probe = run_probe(server.base_url, headers, engine, spec.probe,
-                                         alive=lambda: check_alive(server, watcher, "probe"),
+                                         alive=lambda: check_alive(server, watcher, "probe", ctx.cancel),
                                          objective_level=spec.objective.concurrency,
                                          on_progress=ctx.on_progress)
             if spec.gate.recheck_after_load:
                 with stage("recheck"), _explained(server, watcher, "recheck"):
                     run_gate(client, engine, spec.gate, stage="recheck", vocab_size=vocab, quick=True)
-                    check_alive(server, watcher, "recheck")
+                    check_alive(server, watcher, "recheck", ctx.cancel)
     except TrialFailure as failure:
         result.failure = FailureRecord.from_exception(failure)
     except ProbeStopped:

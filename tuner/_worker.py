@@ -17,14 +17,21 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from ._errors import TunerError
 from ._failures import FailureKind, FailureRecord
 from ._procs import free_port
 from ._record import FEASIBILITY, note_markdown, redact_log, save_note, trial_attrs, upload_log, write_attrs
 from ._redact import Redactor
+from ._slots import NotEnoughGpus, SlotPool
+from ._space import ServerConfig
 from ._spec import Spec
 from ._trial import TrialContext, TrialPlan, TrialResult, run_trial
 
 REFERENCE_ATTR = "reference"
+
+
+class Interrupted(TunerError):
+    """The run was stopped (Ctrl-C, SIGTERM) while this trial ran; it is run again on resume."""
 
 
 @dataclasses.dataclass
@@ -36,7 +43,7 @@ class Worker:
     artifact_store: Any = None
     redactor: Redactor = dataclasses.field(default_factory=lambda: Redactor({}))
     on_trial_end: Callable[[optuna.Trial, dict[str, Any]], None] = lambda trial, attrs: None
-    gpu_ids: tuple[int, ...] | None = None
+    pool: SlotPool | None = None  # GPU slots; None: the server sees whatever GPUs the tuner sees
 
     # -- the objective ------------------------------------------------------------------------------
     def __call__(self, trial: optuna.Trial) -> float | list[float]:
@@ -46,8 +53,6 @@ class Worker:
         key = config.key()
         trial.set_user_attr("config_key", key)
         trial.set_user_attr("started_at", time.time())
-        if self.gpu_ids is not None:
-            trial.set_user_attr("gpu_ids", list(self.gpu_ids))
         broken = space.violations(values)
         if broken:
             result = TrialResult(trial.number, config)
@@ -57,17 +62,33 @@ class Worker:
         prior = self._same_config_done(trial, key)
         if prior is not None:
             return self._reuse(trial, prior)
-        study = trial.study
-        plan = TrialPlan(trial.number, config, self.workdir / f"trial-{trial.number}", free_port(self.spec.server.host),
-                         self.gpu_ids, reference=study.user_attrs.get(REFERENCE_ATTR))
-        ctx = dataclasses.replace(self.ctx, on_progress=self._reporter(trial))
         try:
-            result = run_trial(ctx, plan)
+            result = self._run(trial, config)
+        except NotEnoughGpus as exc:
+            result = TrialResult(trial.number, config)
+            result.failure = FailureRecord(FailureKind.INVALID_CONFIG, str(exc), "", "slots")
         except KeyboardInterrupt:
             trial.set_user_attr("failure_kind", FailureKind.INTERRUPTED.value)
             trial.set_user_attr("ended_at", time.time())
             raise
+        if result.failure is not None and result.failure.kind is FailureKind.INTERRUPTED:
+            trial.set_user_attr("failure_kind", FailureKind.INTERRUPTED.value)
+            trial.set_user_attr("ended_at", time.time())
+            raise Interrupted(f"trial {trial.number} interrupted")
         return self._finish(trial, result, {"baseline": bool(trial.user_attrs.get("baseline"))})
+
+    def _run(self, trial: optuna.Trial, config: ServerConfig) -> TrialResult:
+        plan = TrialPlan(trial.number, config, self.workdir / f"trial-{trial.number}",
+                         free_port(self.spec.server.host), reference=trial.study.user_attrs.get(REFERENCE_ATTR))
+        ctx = dataclasses.replace(self.ctx, on_progress=self._reporter(trial))
+        if self.pool is None:
+            return run_trial(ctx, plan)
+        with self.pool.acquire(self.ctx.engine.gpus_needed(config.flags), self.ctx.cancel) as grant:
+            trial.set_user_attr("gpu_ids", list(grant.gpu_ids))
+            trial.set_user_attr("slot_acquired_at", time.time())
+            result = run_trial(ctx, dataclasses.replace(plan, gpu_ids=grant.gpu_ids))
+            trial.set_user_attr("slot_released_at", time.time())
+        return result
 
     def _reporter(self, trial: optuna.Trial) -> Callable[[int, float], bool] | None:
         if self.spec.objective.second_metric or "throughput" not in self.spec.objective.metric:

@@ -1,0 +1,94 @@
+"""`tuner confirm`: re-launch the best K configurations R times each and rank them by the median.
+
+One lucky measurement must not pick the winner: every re-measurement is a fresh server, and a
+candidate that fails the gate in any of them is out.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+
+from ._errors import NoEligibleTrialError, UsageError
+from ._procs import free_port
+from ._results import CONFIRMED_ATTR, eligible, load_study
+from ._space import ServerConfig
+from ._spec import parse_spec
+from ._trial import TrialContext, TrialPlan, run_trial
+from .engines import get_engine
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    number: int
+    values: tuple[float, ...]
+    failures: tuple[str, ...]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values) if self.values else float("nan")
+
+    @property
+    def spread(self) -> float:
+        """(max - min) / median: how much one measurement can be trusted."""
+        if len(self.values) < 2 or not self.median:
+            return 0.0
+        return (max(self.values) - min(self.values)) / self.median
+
+
+def confirm(storage: str, study_name: str | None, top: int, repeats: int, workdir: str = "runs",
+            stream=sys.stderr) -> list[Confirmation]:
+    if top < 1 or repeats < 1:
+        raise UsageError("--top and --repeats must be at least 1", "pass e.g. --top 3 --repeats 3")
+    study = load_study(storage, study_name)
+    if len(study.directions) > 1:
+        raise UsageError("confirm ranks one objective; this study has two", "export a chosen trial with --trial N")
+    candidates = eligible(study)
+    if not candidates:
+        raise NoEligibleTrialError(f"study {study.study_name!r} has no trial that passed every gate",
+                                   "run more trials first")
+    maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
+    candidates.sort(key=lambda t: t.value, reverse=maximize)
+    candidates = candidates[:top]
+    spec = parse_spec(study.user_attrs["space_source"], "<stored space>")
+    command = tuple(study.user_attrs.get("server_command") or get_engine(spec.engine).default_command)
+    env = {**os.environ, **spec.server.env}
+    if study.user_attrs.get("simulate"):
+        env["TUNER_SIM_PROFILE"] = study.user_attrs["simulate"]
+    ctx = TrialContext(spec, get_engine(spec.engine), command, base_env=env)
+    metric = spec.objective.metric
+    results = []
+    for t in candidates:
+        values, failures = [], []
+        config = ServerConfig(t.user_attrs["flags"], t.user_attrs.get("env", {}))
+        for r in range(repeats):
+            folder = Path(workdir) / study.study_name / f"confirm-{t.number}-{r}"
+            result = run_trial(ctx, TrialPlan(t.number, config, folder, free_port(spec.server.host),
+                                              reference=study.user_attrs.get("reference")))
+            if result.ok:
+                values.append(result.probe.level(spec.objective.concurrency).metric(metric))
+            else:
+                failures.append(result.failure.kind.value if result.failure else "stopped")
+            print(f"trial {t.number} repeat {r + 1}/{repeats}: "
+                  + (f"{values[-1]:.1f}" if result.ok else failures[-1]), file=stream)
+        results.append(Confirmation(t.number, tuple(values), tuple(failures)))
+    qualified = [c for c in results if not c.failures and c.values]
+    qualified.sort(key=lambda c: c.median, reverse=maximize)
+    study.set_user_attr("confirmations", {str(c.number): {"values": list(c.values), "failures": list(c.failures),
+                                                          "median": c.median if c.values else None}
+                                          for c in results})
+    if not qualified:
+        raise NoEligibleTrialError("no candidate passed every re-measurement", "inspect them with 'tuner show'")
+    study.set_user_attr(CONFIRMED_ATTR, qualified[0].number)
+    print(f"{'trial':>5}  {'first run':>10}  {'median':>10}  {'spread':>7}  runs", file=stream)
+    first = {t.number: t.value for t in candidates}
+    for c in sorted(results, key=lambda c: (bool(c.failures), -c.median if maximize else c.median)):
+        runs = ", ".join(f"{v:.1f}" for v in c.values) + (f" failed: {', '.join(c.failures)}" if c.failures else "")
+        print(f"{c.number:>5}  {first[c.number]:>10.1f}  {c.median:>10.1f}  {c.spread:>6.1%}  {runs}", file=stream)
+    print(f"confirmed winner: trial {qualified[0].number} (export prefers it)", file=stream)
+    return results

@@ -1,0 +1,20 @@
+"""`tuner dashboard`: optuna-dashboard on the study's storage, with the server logs as artifacts."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ._study import open_storage
+
+
+def serve(storage_url: str, host: str, port: int, workdir: str) -> None:
+    from optuna.artifacts import FileSystemArtifactStore
+    from optuna_dashboard import run_server
+
+    storage = open_storage(storage_url, heartbeat=False)
+    artifacts = Path(workdir) / "artifacts"
+    artifacts.mkdir(parents=True, exist_ok=True)
+    print(f"optuna-dashboard on http://{host}:{port}/ (storage {storage_url}, logs from {artifacts})",
+          file=sys.stderr)
+    run_server(storage, host=host, port=port, artifact_store=FileSystemArtifactStore(str(artifacts)))

@@ -1,0 +1,111 @@
+"""GPU discovery and memory checks: NVML (nvidia-ml-py) first, torch as a fallback, a clear 'none' otherwise.
+
+Both libraries are optional and imported only when asked, so a CPU-only host never loads them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from ._errors import UsageError
+
+
+@dataclass(frozen=True)
+class GPU:
+    index: int
+    name: str
+    memory_total_mib: int
+    memory_used_mib: int
+
+
+class GpuProbe:
+    """Reads GPU memory through NVML, or torch where NVML is missing."""
+
+    def __init__(self) -> None:
+        self.backend = "none"
+        self.reason = ""
+        self._nvml = None
+        try:
+            import pynvml  # nvidia-ml-py
+
+            pynvml.nvmlInit()
+            self._nvml = pynvml
+            self.backend = "nvml"
+            return
+        except Exception as exc:  # no library, no driver, or no GPU: try the next way
+            self.reason = f"NVML unavailable ({type(exc).__name__}: {exc})"
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                self.backend = "torch"
+                return
+            self.reason += "; torch sees no CUDA device"
+        except Exception as exc:
+            self.reason += f"; torch unavailable ({type(exc).__name__})"
+
+    def gpus(self) -> list[GPU]:
+        if self.backend == "nvml":
+            n = self._nvml.nvmlDeviceGetCount()
+            return [self._nvml_gpu(i) for i in range(n)]
+        if self.backend == "torch":
+            import torch
+
+            out = []
+            for i in range(torch.cuda.device_count()):
+                free, total = torch.cuda.mem_get_info(i)
+                out.append(GPU(i, torch.cuda.get_device_name(i), total >> 20, (total - free) >> 20))
+            return out
+        return []
+
+    def _nvml_gpu(self, i: int) -> GPU:
+        h = self._nvml.nvmlDeviceGetHandleByIndex(i)
+        name = self._nvml.nvmlDeviceGetName(h)
+        mem = self._nvml.nvmlDeviceGetMemoryInfo(h)
+        return GPU(i, name.decode() if isinstance(name, bytes) else name, mem.total >> 20, mem.used >> 20)
+
+    def used_mib(self, indices: Iterable[int]) -> dict[int, int]:
+        by_index = {g.index: g.memory_used_mib for g in self.gpus()}
+        return {i: by_index[i] for i in indices if i in by_index}
+
+    def processes(self, index: int) -> dict[int, int]:
+        """pid -> MiB used on one GPU (NVML only; {} elsewhere)."""
+        if self.backend != "nvml":
+            return {}
+        h = self._nvml.nvmlDeviceGetHandleByIndex(index)
+        procs = self._nvml.nvmlDeviceGetComputeRunningProcesses(h)
+        return {p.pid: (p.usedGpuMemory or 0) >> 20 for p in procs}
+
+
+class MemoryBaseline:
+    """The memory each GPU used before the tuner started anything; a slot is free again only at it."""
+
+    def __init__(self, probe: GpuProbe, indices: Sequence[int], tolerance_mib: int = 512) -> None:
+        self.probe = probe
+        self.tolerance = tolerance_mib
+        self.baseline: Mapping[int, int] = probe.used_mib(indices)
+
+    def settled(self, indices: Iterable[int]) -> bool:
+        now = self.probe.used_mib(indices)
+        return all(now.get(i, 0) <= self.baseline.get(i, 0) + self.tolerance for i in indices)
+
+
+def parse_gpu_list(text: str) -> tuple[int, ...]:
+    """'0-3,6' -> (0, 1, 2, 3, 6)."""
+    out: list[int] = []
+    try:
+        for part in text.split(","):
+            part = part.strip()
+            if "-" in part:
+                lo, hi = (int(x) for x in part.split("-", 1))
+                if lo > hi:
+                    raise ValueError
+                out.extend(range(lo, hi + 1))
+            elif part:
+                out.append(int(part))
+    except ValueError:
+        raise UsageError(f"--gpus {text!r} is not a GPU list", "write e.g. --gpus 0-7 or --gpus 0,1") from None
+    if not out or len(set(out)) != len(out) or min(out) < 0:
+        raise UsageError(f"--gpus {text!r} is empty, repeats a GPU or is negative", "write e.g. --gpus 0-7")
+    return tuple(out)
