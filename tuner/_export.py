@@ -30,7 +30,7 @@ def render(study: optuna.Study, trial: optuna.trial.FrozenTrial, fmt: str) -> st
                   "confirmed": study.user_attrs.get(CONFIRMED_ATTR) == trial.number}
         return json.dumps(record, indent=2, default=str) + "\n"
     if fmt == "cmd":
-        argv = [*engine.display_command, "--model-path", model, *flag_argv(flags)]
+        argv = [*engine.display_command, engine.model_flag, model, *flag_argv(flags)]
         return " ".join([f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())] + [shlex.join(argv)]) + "\n"
     body = yaml.safe_dump(engine.config_file(flags, model), sort_keys=False, default_flow_style=False)
     return _header(study, trial, env, engine) + body

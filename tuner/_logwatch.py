@@ -11,7 +11,7 @@ from ._failures import FailureKind
 from .engines import Engine
 
 # When several fatal lines appear (a traceback, then the OOM that caused it), the most specific wins.
-_RANK = {FailureKind.GRAPH_CAPTURE_FAILED: 0, FailureKind.OOM: 1, FailureKind.NAN: 2,
+_RANK = {FailureKind.OOM: 0, FailureKind.GRAPH_CAPTURE_FAILED: 1, FailureKind.NAN: 2,
          FailureKind.CRASH_ON_START: 3}
 
 

@@ -113,13 +113,17 @@ Progress = Callable[[int, float], bool]  # (step, throughput so far) -> stop?
 
 def run_probe(base_url: str, headers: Mapping[str, str], engine: Engine, spec: ProbeSpec,
               alive: Callable[[], None], objective_level: int | None = None,
-              on_progress: Progress | None = None) -> ProbeResult:
-    """Measure every concurrency level. `alive()` raises the trial's failure if the server died."""
-    return asyncio.run(_probe(base_url, headers, engine, spec, alive, objective_level, on_progress))
+              on_progress: Progress | None = None, check_text: bool = True) -> ProbeResult:
+    """Measure every concurrency level. `alive()` raises the trial's failure if the server died.
+
+    NaN logprobs always fail the trial; degenerate text only with `check_text` (random weights write
+    nothing but symbols, and a space for them turns the check off)."""
+    return asyncio.run(_probe(base_url, headers, engine, spec, alive, objective_level, on_progress, check_text))
 
 
 async def _probe(base_url: str, headers: Mapping[str, str], engine: Engine, spec: ProbeSpec,
-                 alive: Callable[[], None], objective_level: int | None, on_progress: Progress | None) -> ProbeResult:
+                 alive: Callable[[], None], objective_level: int | None, on_progress: Progress | None,
+                 check_text: bool) -> ProbeResult:
     t0 = time.monotonic()
     limits = httpx.Limits(max_connections=max(spec.concurrency) + 4, max_keepalive_connections=max(spec.concurrency) + 4)
     timeout = httpx.Timeout(spec.request_timeout, connect=10.0)
@@ -129,13 +133,14 @@ async def _probe(base_url: str, headers: Mapping[str, str], engine: Engine, spec
             if spec.warmup:
                 warm = make_workload(spec, spec.warmup, salt=-1)
                 await _race(watch, asyncio.gather(*(_one(client, engine, WorkItem(w.prompt, min(16, w.output_len)),
-                                                         False) for w in warm)))
+                                                         False, check_text) for w in warm)))
             target = objective_level if objective_level is not None else max(spec.concurrency)
             levels = []
             for step_base, conc in enumerate(spec.concurrency):
                 work = make_workload(spec, spec.requests, salt=conc)
                 report = on_progress if conc == target else None
-                levels.append(await _race(watch, _level(client, engine, spec, conc, work, report, step_base)))
+                levels.append(await _race(watch, _level(client, engine, spec, conc, work, report, step_base,
+                                                          check_text)))
         finally:
             watch.cancel()
     return ProbeResult(time.monotonic() - t0, tuple(levels))
@@ -159,7 +164,8 @@ async def _race(watch: asyncio.Task, work: Any) -> Any:
 
 
 async def _level(client: httpx.AsyncClient, engine: Engine, spec: ProbeSpec, concurrency: int,
-                 work: Sequence[WorkItem], report: Progress | None, step_base: int) -> LevelMetrics:
+                 work: Sequence[WorkItem], report: Progress | None, step_base: int,
+                 check_text: bool) -> LevelMetrics:
     semaphore = asyncio.Semaphore(concurrency)
     results: list[RequestResult] = []
     start = time.perf_counter()
@@ -171,7 +177,7 @@ async def _level(client: httpx.AsyncClient, engine: Engine, spec: ProbeSpec, con
             if stop.is_set():
                 return
             want_logprobs = spec.logprob_every > 0 and i % spec.logprob_every == 0
-            result = await _one(client, engine, item, want_logprobs)
+            result = await _one(client, engine, item, want_logprobs, check_text)
             results.append(result)
             if result.problem:
                 stop.set()
@@ -183,7 +189,9 @@ async def _level(client: httpx.AsyncClient, engine: Engine, spec: ProbeSpec, con
 
     await asyncio.gather(*(worker(i, item) for i, item in enumerate(work)))
     duration = time.perf_counter() - start
-    broken = next((r for r in results if r.problem), None)
+    # NaN is the cause, garbage text its usual symptom: when both show, report the cause.
+    broken = next((r for r in results if r.problem.startswith("NaN")), None) \
+        or next((r for r in results if r.problem), None)
     if broken is not None:
         kind = FailureKind.NAN if broken.problem.startswith("NaN") else FailureKind.GARBAGE
         raise TrialFailure(kind, f"under load at concurrency {concurrency}: {broken.problem}",
@@ -197,7 +205,8 @@ class ProbeStopped(Exception):
     """The pruner stopped the probe early."""
 
 
-async def _one(client: httpx.AsyncClient, engine: Engine, item: WorkItem, want_logprobs: bool) -> RequestResult:
+async def _one(client: httpx.AsyncClient, engine: Engine, item: WorkItem, want_logprobs: bool,
+               check_text: bool) -> RequestResult:
     path, body = engine.stream_request(item.prompt, item.output_len, want_logprobs)
     result = RequestResult()
     sent = time.perf_counter()
@@ -244,10 +253,8 @@ async def _one(client: httpx.AsyncClient, engine: Engine, item: WorkItem, want_l
     result.ok = True
     if nan_seen:
         result.problem = "NaN or inf logprob (null) in a streamed response"
-    else:
-        reason = degenerate_reason(result.text, check_repetition=False)
-        if reason and result.output_tokens:
-            result.problem = reason
+    elif check_text and result.output_tokens:
+        result.problem = degenerate_reason(result.text, check_repetition=False) or ""
     return result
 
 

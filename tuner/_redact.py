@@ -7,12 +7,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 MASK = "***"
-_SECRET_NAME = re.compile(r"(_TOKEN|_KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)
+# Names that end in _TOKEN or _KEY, or contain SECRET/PASSWORD: HF_TOKEN, OPENAI_API_KEY, DB_PASSWORD;
+# not max_num_batched_tokens.
+_SECRET_NAME = re.compile(r"(_TOKEN$|_KEY$|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)
 _SECRET_FLAGS = {"--api-key", "--admin-api-key", "--hf-token", "--token"}
 
 
 def is_secret_name(name: str) -> bool:
-    return bool(_SECRET_NAME.search(name)) or name.lower().replace("_", "-") in ("api-key", "token")
+    return bool(_SECRET_NAME.search(name.replace("-", "_"))) or name.lower() in ("token", "key")
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:

@@ -73,8 +73,8 @@ def resolve_space_path(space: str | None, simulate: str | None) -> Path:
 def prepare(space: str | None, simulate: str | None, model: str | None, strict: bool = True) -> Prepared:
     """Load the space and check it against the server that will be launched; no storage is touched."""
     spec = load_spec(resolve_space_path(space, simulate))
-    if model:
-        spec = _with_model(spec, model)
+    # Servers run inside their trial folder: relative paths must mean what they meant here.
+    spec = _with_model(spec, _absolute(model or spec.server.model_path))
     engine = get_engine(spec.engine)
     env = {**os.environ, **spec.server.env}
     if simulate:
@@ -82,6 +82,8 @@ def prepare(space: str | None, simulate: str | None, model: str | None, strict: 
         env["TUNER_SIM_PROFILE"] = simulate
     else:
         command = spec.server.command or engine.default_command
+        if "/" in command[0]:
+            command = (os.path.abspath(os.path.expanduser(command[0])), *command[1:])
         _check_model_path(spec.server.model_path)
     report = check_flags(spec, parse_help(server_help(command, env)))
     if strict:
@@ -93,6 +95,13 @@ def _with_model(spec: Spec, model: str) -> Spec:
     from dataclasses import replace
 
     return replace(spec, server=replace(spec.server, model_path=model))
+
+
+def _absolute(path: str) -> str:
+    expanded = os.path.expanduser(path)
+    if path.startswith(("./", "../", "~")) or (not os.path.isabs(expanded) and os.path.exists(expanded)):
+        return os.path.abspath(expanded)
+    return path  # an absolute path, or a model id such as org/name
 
 
 def _check_model_path(path: str) -> None:

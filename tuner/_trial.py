@@ -120,7 +120,8 @@ def run_trial(ctx: TrialContext, plan: TrialPlan) -> TrialResult:
                 result.probe = run_probe(server.base_url, headers, engine, spec.probe,
                                          alive=lambda: check_alive(server, watcher, "probe", ctx.cancel),
                                          objective_level=spec.objective.concurrency,
-                                         on_progress=ctx.on_progress)
+                                         on_progress=ctx.on_progress,
+                                         check_text=spec.gate.enabled("degenerate-text"))
             if spec.gate.recheck_after_load:
                 with stage("recheck"), _explained(server, watcher, "recheck"):
                     run_gate(client, engine, spec.gate, stage="recheck", vocab_size=vocab, quick=True)

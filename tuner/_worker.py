@@ -159,7 +159,8 @@ class Worker:
             time.sleep(1.0)  # another worker runs this very configuration: wait for its result
 
     def _reuse(self, trial: optuna.Trial, prior: optuna.trial.FrozenTrial) -> float | list[float]:
-        skip = {"started_at", "ended_at", "baseline", "gpu_ids", "config_key"}
+        skip = {"started_at", "ended_at", "baseline", "gpu_ids", "config_key", "requeued_from",
+                "slot_acquired_at", "slot_released_at"}
         for k, v in prior.user_attrs.items():
             if k not in skip:
                 trial.set_user_attr(k, v)

@@ -57,6 +57,7 @@ class Engine:
     # Flags whose values say how many GPUs a server uses (product, each defaulting to 1).
     gpu_flags: tuple[str, ...] = ()
     display_command: tuple[str, ...] = ()  # how a person launches it, for exported commands
+    model_flag: str = "--model-path"
 
     # -- launching ---------------------------------------------------------------------------------
     def argv(self, command: Sequence[str], model_path: str, host: str, port: int,

