@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from ._errors import UsageError
+from ._procs import port_is_free
 from ._study import open_storage
 
 
@@ -12,6 +14,8 @@ def serve(storage_url: str, host: str, port: int, workdir: str) -> None:
     from optuna.artifacts import FileSystemArtifactStore
     from optuna_dashboard import run_server
 
+    if not port_is_free(host, port):
+        raise UsageError(f"port {port} is in use on {host}", "pass --port with a free port")
     storage = open_storage(storage_url, heartbeat=False)
     artifacts = Path(workdir) / "artifacts"
     artifacts.mkdir(parents=True, exist_ok=True)
