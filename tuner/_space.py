@@ -254,28 +254,31 @@ class Space:
         return ServerConfig(flags, env)
 
     def check_baseline(self) -> None:
-        if self.baseline is None:
-            return
-        for name, value in self.baseline.items():
+        if self.baseline is not None:
+            self.check_point(self.baseline, "baseline")
+
+    def check_point(self, point: Mapping[str, Any], path: str) -> None:
+        """Refuse a configuration (the baseline, one to try first) that lies outside the space."""
+        for name in point:
             if name not in self.params:
-                raise SpaceError(f"baseline.{name}", "is not a parameter of the space",
-                                 did_you_mean(name, self.params) or "list only parameters under baseline")
+                raise SpaceError(f"{path}.{name}", "is not a parameter of the space",
+                                 did_you_mean(name, self.params) or f"list only parameters under {path}")
         for name in self.order:
             p = self.params[name]
             if not p.sampled:
                 continue
-            active = self.active(p, self.baseline)
-            if active and name not in self.baseline:
-                raise SpaceError(f"baseline.{name}", "is missing", f"give the baseline's value of '{name}'")
-            if not active and name in self.baseline:
-                raise SpaceError(f"baseline.{name}", "is set but the parameter is inactive for the baseline "
-                                 f"(its 'when' does not hold)", f"remove '{name}' from the baseline")
-            if active and not p.contains(self.baseline[name]):
-                raise SpaceError(f"baseline.{name}", f"{self.baseline[name]!r} is outside the space",
+            active = self.active(p, point)
+            if active and name not in point:
+                raise SpaceError(f"{path}.{name}", "is missing", f"give the value of '{name}'")
+            if not active and name in point:
+                raise SpaceError(f"{path}.{name}", "is set but the parameter is inactive here "
+                                 f"(its 'when' does not hold)", f"remove '{name}' from {path}")
+            if active and not p.contains(point[name]):
+                raise SpaceError(f"{path}.{name}", f"{point[name]!r} is outside the space",
                                  f"use a value allowed by params.{name}")
-        broken = self.violations(self.baseline)
+        broken = self.violations(point)
         if broken:
-            raise SpaceError("baseline", f"breaks the constraint {broken[0]}", "fix the baseline values")
+            raise SpaceError(path, f"breaks the constraint {broken[0]}", f"fix the values under {path}")
 
 
 # Parallel sizes default to 1 when a configuration does not set them.

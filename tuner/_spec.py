@@ -102,6 +102,7 @@ class Spec:
     probe: ProbeSpec
     objective: Objective
     source: str = ""  # the file's text, stored with the study so a changed space is noticed
+    try_first: tuple[Mapping[str, Any], ...] = ()  # run right after the baseline
 
 
 DEFAULT_GATE_PROMPTS = (
@@ -150,11 +151,15 @@ def parse_spec(text: str, origin: str = "<space>") -> Spec:
     space = Space(params, constraints, server.fixed, server.env, server.gpus, baseline)
     space.check_satisfiable()
     space.check_baseline()
+    try_first = top.get("try-first", list, [])
+    for i, point in enumerate(try_first):
+        Section(point, f"try-first[{i}]")  # a mapping, or say so
+        space.check_point(point, f"try-first[{i}]")
     gate = _parse_gate(top.section("gate"))
     probe = _parse_probe(top.section("probe"))
     objective = _parse_objective(top.section("objective"), probe)
     top.done(allowed=["help", "description"])
-    return Spec(name, engine, server, space, gate, probe, objective, text)
+    return Spec(name, engine, server, space, gate, probe, objective, text, tuple(try_first))
 
 
 def _parse_server(s: Section) -> ServerSpec:

@@ -107,6 +107,8 @@ def load_or_create(storage: optuna.storages.BaseStorage, study_name: str, spec: 
     study.set_metric_names(spec.objective.names)
     if spec.space.baseline is not None:
         study.enqueue_trial(dict(spec.space.baseline), user_attrs={"baseline": True})
+    for point in spec.try_first:
+        study.enqueue_trial(dict(point), user_attrs={"try_first": True})
     return study
 
 

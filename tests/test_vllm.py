@@ -1,0 +1,62 @@
+"""A real engine end to end: vLLM's CPU build serving a tiny random-weight model, tuned by a real study.
+
+.ci/run sets the engine up (scripts/setup_vllm_cpu.sh, scripts/make_tiny_model.py) and sets
+TUNER_TEST_VLLM=1; elsewhere this test is skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from optuna.trial import TrialState
+
+from conftest import REPO
+
+VENV_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
+MODEL = REPO / ".cache" / "tiny-llama"
+
+pytestmark = pytest.mark.skipif(not os.environ.get("TUNER_TEST_VLLM"),
+                                reason="needs the vLLM CPU engine: run scripts/setup_vllm_cpu.sh, set TUNER_TEST_VLLM=1")
+
+# vLLM refuses this at start-up: max-num-batched-tokens below max-model-len without chunked prefill.
+REFUSED = {"max-num-seqs": 8, "max-num-batched-tokens": 512, "no-enable-chunked-prefill": True,
+           "enforce-eager": True, "dtype": "bfloat16", "block-size": 128, "VLLM_CPU_KVCACHE_SPACE": "1"}
+
+
+@pytest.mark.timeout(1500)
+def test_real_vllm_study(tuner):
+    space = yaml.safe_load((REPO / "search_spaces" / "vllm-cpu-tiny.yaml").read_text())
+    space["server"]["command"][0] = str(VENV_PYTHON)
+    space["server"]["model-path"] = str(MODEL)
+    space["baseline"]["enforce-eager"] = True  # a cold torch.compile costs a minute per start on 2 cores
+    space["try-first"] = [REFUSED]
+    path = tuner.space(yaml.safe_dump(space, sort_keys=False))
+    t0 = time.monotonic()
+    done = tuner.run("run", "--trials", "6", "--space", str(path), "--seed", "1", timeout=1400)
+    assert done.returncode == 0, done.stderr[-4000:]
+    print(done.stderr[-3000:])
+    trials = tuner.study("vllm-cpu-tiny").get_trials()
+    assert len(trials) == 6 and all(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in trials)
+    for t in trials:
+        kind = t.user_attrs["failure_kind"]
+        assert kind in ("none", "crash_on_start", "oom"), (t.number, t.user_attrs.get("failure_message"))
+        assert (t.state == TrialState.COMPLETE) == (kind == "none")
+    baseline, refused = trials[0], trials[1]
+    assert baseline.user_attrs["baseline"] and baseline.user_attrs["feasible"], baseline.user_attrs
+    assert refused.params == REFUSED
+    assert refused.user_attrs["failure_kind"] == "crash_on_start"
+    assert "max_num_batched_tokens" in refused.user_attrs["failure_message"]
+    # Ended on vLLM's own error line, not at the 300 s start-up timeout.
+    log = Path(tuner.folder / "runs" / "vllm-cpu-tiny" / f"trial-{refused.number}" / "server.log")
+    assert refused.user_attrs["ended_at"] - log.stat().st_mtime < 5
+    assert refused.user_attrs["stage_seconds"]["readiness"] < 60
+    best = max((t for t in trials if t.user_attrs["feasible"]), key=lambda t: t.value)
+    assert best.value >= baseline.value
+    assert tuner.leftovers() == {}
+    print(f"vLLM study: {time.monotonic() - t0:.0f} s; baseline {baseline.value:.1f} tok/s, best trial "
+          f"{best.number} {best.value:.1f} tok/s; start-up per trial "
+          + ", ".join(f"{t.user_attrs['stage_seconds'].get('readiness', 0):.0f}s" for t in trials))
