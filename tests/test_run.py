@@ -5,14 +5,16 @@ from __future__ import annotations
 import signal
 import time
 
+import pytest
 import yaml
 from optuna.trial import TrialState
 
 from conftest import FAULT_SPACE
 
-SIM_FAST = {"TUNER_SIM_TIME_SCALE": "0.01"}
+SIM_FAST = {"TUNER_SIM_TIME_SCALE": "0.03", "TUNER_SIM_STARTUP_SCALE": "0.002"}
 
 
+@pytest.mark.timeout(900)
 def test_glm5_twin_study_prunes_nan_backends_and_ends_with_trtllm(tuner):
     done = tuner.run("run", "--trials", "40", "--simulate", env=SIM_FAST, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -1,0 +1,56 @@
+"""Fault switches: TUNER_SIM_FAULTS="name,name=value,..." on top of the profile's `faults:` mapping.
+
+Durations here are wall-clock seconds (not scaled by the time scale), so a test can aim at a real timeout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class Faults:
+    ignore_sigterm: bool = False
+    child_holds_port: bool = False
+    stop_answering_after: int | None = None
+    http_500_rate: float = 0.0
+    slow_start_no_log: float = 0.0
+    crash_at_start: bool = False
+    crash_after_requests: int | None = None
+    hang_at_capture: bool = False
+    oom_at_capture: bool = False
+    nan_when_batch_over: int | None = None
+    response_delay: float = 0.0
+
+
+_KINDS = {f.name: f.type for f in fields(Faults)}
+
+
+def _coerce(name: str, value: Any) -> Any:
+    kind = _KINDS[name]
+    if "bool" in kind:
+        if isinstance(value, str):
+            return value.strip().lower() not in ("0", "false", "no", "off", "")
+        return bool(value)
+    if "int" in kind:
+        return int(value)
+    return float(value)
+
+
+def parse_faults(text: str | None, base: Mapping[str, Any] | None = None) -> Faults:
+    values: dict[str, Any] = {}
+    for name, value in (base or {}).items():
+        if name not in _KINDS:
+            raise ValueError(f"unknown fault {name!r} in profile (known: {', '.join(_KINDS)})")
+        values[name] = _coerce(name, value)
+    for item in (text or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        if name not in _KINDS:
+            raise ValueError(f"unknown fault {name!r} in TUNER_SIM_FAULTS (known: {', '.join(_KINDS)})")
+        values[name] = _coerce(name, value.strip() if sep else True)
+    return Faults(**values)

@@ -1,0 +1,283 @@
+"""From parsed flags to the values a server really runs with.
+
+Two steps, as in SGLang's ServerArgs.__post_init__: the profile's version-specific overrides (what SGLang sets
+silently for this model on this hardware), then SGLang's generic auto-defaults (chunked prefill and CUDA-graph
+sizes by GPU memory, mem_fraction_static from a reserve estimate, the capture batch-size list). The result keeps
+SGLang's field names, so /server_info can return it, and a version-independent `Knobs` view feeds the physics.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from ._profile import Profile, matches
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """What the performance and health models need, independent of how a version spells its flags."""
+    tp: int
+    dp: int  # data-parallel replicas (separate GPUs)
+    attn_dp: int  # data-parallel attention groups inside the tp GPUs
+    pp: int
+    ep: int
+    gpus: int
+    decode_backend: str
+    prefill_backend: str
+    kv_dtype: str
+    cuda_graph: bool
+    cuda_graph_bs: tuple[int, ...]
+    cuda_graph_max_bs: int
+    cuda_graph_padding: bool
+    prefill_cuda_graph: bool
+    torch_compile: bool
+    torch_compile_max_bs: int
+    mem_fraction: float
+    chunked_prefill_size: int
+    max_prefill_tokens: int
+    max_running_requests: int | None
+    max_total_tokens: int | None
+    schedule_policy: str
+    schedule_conservativeness: float
+    page_size: int
+    mixed_chunk: bool
+    continuous_decode_steps: int
+    overlap_schedule: bool
+    two_batch_overlap: bool
+    custom_all_reduce: bool
+    radix_cache: bool
+    moe_runner: str
+    moe_a2a: str
+    gemm_backend: str
+    sampling_backend: str
+    stream_interval: int
+    context_length: int
+    nan_detection: bool
+    decode_log_interval: int
+
+
+@dataclass(frozen=True)
+class Resolved:
+    args: dict[str, Any]  # ServerArgs fields, as /server_info reports them
+    knobs: Knobs
+    log: tuple[str, ...]  # warnings the overrides print
+    failure: str | None  # an override's `fail:` line: the start fails with it
+
+    def namespace(self) -> dict[str, Any]:
+        """Values health rules and overrides match on: the args, the knobs, a few hardware facts."""
+        out = dict(self.args)
+        out.update(dataclasses.asdict(self.knobs))
+        out["cuda_graph_bs"] = list(self.knobs.cuda_graph_bs)
+        return out
+
+
+def _gpu_tier(gpu_mem_mb: float, tp: int) -> tuple[int, int]:
+    """SGLang's (chunked_prefill_size, cuda_graph_max_bs) defaults by GPU memory (same in 0.5.6 and 0.5.23)."""
+    if gpu_mem_mb < 20 * 1024:
+        return 2048, 8
+    if gpu_mem_mb < 35 * 1024:
+        return 2048, (24 if tp < 4 else 80)
+    if gpu_mem_mb < 60 * 1024:
+        return 4096, (32 if tp < 4 else 160)
+    if gpu_mem_mb < 160 * 1024:
+        return 8192, (256 if tp < 4 else 512)
+    return 16384, 512
+
+
+def capture_batch_sizes(max_bs: int, no_padding: bool, append_max: bool) -> list[int]:
+    """SGLang's default decode capture list for a max batch size (no speculative decoding)."""
+    if no_padding:
+        sizes = list(range(1, max_bs + 1))
+    else:
+        sizes = [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, 512, 16)) + list(range(512, max_bs + 1, 32))
+    sizes = [bs for bs in sizes if bs <= max_bs]
+    if append_max and max_bs not in sizes:  # 0.5.23 always captures max_bs itself
+        sizes.append(max_bs)
+    return sizes
+
+
+def _apply_overrides(profile: Profile, values: dict[str, Any], context: Mapping[str, Any]) -> tuple[list[str], str | None]:
+    log: list[str] = []
+    for rule in profile.overrides:
+        if not matches(rule.when, {**context, **values}):
+            continue
+        if rule.fail:
+            return log, rule.fail
+        for key, value in rule.set.items():
+            values[key] = value
+        if rule.log:
+            log.append(rule.log.format(**values))
+    return log, None
+
+
+def resolve(profile: Profile, raw: Mapping[str, Any]) -> Resolved:
+    version = profile.sglang_version
+    hw, model = profile.hardware, profile.model
+    v = dict(raw)
+    # SGLang sizes mem_fraction_static before the model-specific adjustments run, so the reserve sees the
+    # user's own DP-attention choice, not the one an override forces.
+    raw_dp_attention = bool(raw.get("enable_dp_attention")) or int(raw.get("attn_dp_size") or 1) > 1
+    context = {"sm": hw.sm, "gpu_name": hw.gpu_name, "interconnect": hw.interconnect,
+               "architecture": model.architecture, "dsa": model.dsa, "sglang_version": version}
+    log, failure = _apply_overrides(profile, v, context)
+
+    tp, pp = int(v.get("tp_size") or 1), int(v.get("pp_size") or 1)
+    dp, ep = int(v.get("dp_size") or 1), int(v.get("ep_size") or 1)
+    gpu_mem_mb = hw.memory_per_gpu_gb * 1024
+    default_chunk, default_max_bs = _gpu_tier(gpu_mem_mb, tp)
+
+    # -- data-parallel attention --------------------------------------------------------------------------
+    if version == "0.5.6":
+        dp_attention = bool(v.get("enable_dp_attention"))
+        attn_dp = dp if dp_attention else 1
+        replicas = 1 if dp_attention else dp
+    else:
+        if v.get("enable_dp_attention") and int(v.get("attn_dp_size") or 1) == 1:
+            v["attn_dp_size"] = dp  # the deprecated pair --dp-size N --enable-dp-attention means attn_dp N
+            v["dp_size"] = dp = 1
+        attn_dp = int(v.get("attn_dp_size") or 1)
+        v["enable_dp_attention"] = attn_dp > 1
+        replicas = dp
+        dp_attention = attn_dp > 1
+
+    if v.get("chunked_prefill_size") is None:
+        v["chunked_prefill_size"] = default_chunk
+    if dp_attention and version == "0.5.6":
+        # 0.5.6 splits the chunk across the attention DP ranks and schedules more eagerly.
+        v["chunked_prefill_size"] = max(1, v["chunked_prefill_size"] // max(1, dp)) if v["chunked_prefill_size"] > 0 else -1
+        v["schedule_conservativeness"] = round(float(v.get("schedule_conservativeness", 1.0)) * 0.3, 6)
+
+    # -- CUDA graphs ------------------------------------------------------------------------------------------
+    no_padding = bool(v.get("disable_cuda_graph_padding"))
+    if version == "0.5.6":
+        if v.get("cuda_graph_max_bs") is None:
+            v["cuda_graph_max_bs"] = default_max_bs
+        if v.get("cuda_graph_bs") is None:
+            v["cuda_graph_bs"] = capture_batch_sizes(int(v["cuda_graph_max_bs"]), no_padding, append_max=False)
+        else:
+            v["cuda_graph_max_bs"] = max(v["cuda_graph_bs"])
+        graph_on = not v.get("disable_cuda_graph")
+        graph_bs = list(v["cuda_graph_bs"])
+        prefill_graph = False
+    else:
+        decode_backend = "full"
+        prefill_backend = profile.auto.get("cuda_graph_backend_prefill", "disabled")
+        if v.get("disable_cuda_graph"):
+            decode_backend = prefill_backend = "disabled"
+        if v.get("disable_prefill_cuda_graph"):
+            prefill_backend = "disabled"
+        if v.get("disable_decode_cuda_graph"):
+            decode_backend = "disabled"
+        if v.get("cuda_graph_backend_decode"):
+            decode_backend = v["cuda_graph_backend_decode"]
+        if v.get("cuda_graph_backend_prefill"):
+            prefill_backend = v["cuda_graph_backend_prefill"]
+        max_bs = v.get("cuda_graph_max_bs_decode")
+        if v.get("cuda_graph_bs_decode"):
+            graph_bs = sorted(set(int(b) for b in v["cuda_graph_bs_decode"]))
+            max_bs = max(graph_bs)
+        else:
+            max_bs = int(max_bs) if max_bs is not None else default_max_bs
+            graph_bs = capture_batch_sizes(max_bs, no_padding, append_max=True)
+        v["cuda_graph_config"] = {
+            "decode": {"backend": decode_backend, "max_bs": max_bs, "bs": graph_bs},
+            "prefill": {"backend": prefill_backend,
+                        "max_bs": v.get("cuda_graph_max_bs_prefill"), "bs": v.get("cuda_graph_bs_prefill")},
+        }
+        graph_on = decode_backend != "disabled"
+        prefill_graph = prefill_backend != "disabled"
+        v["cuda_graph_max_bs_decode"] = max_bs
+        v["cuda_graph_bs_decode"] = graph_bs
+
+    # -- mem_fraction_static: SGLang's reserve estimate (MiB) ------------------------------------------------
+    if v.get("mem_fraction_static") is None:
+        chunk = int(v["chunked_prefill_size"])
+        max_bs_for_reserve = max(graph_bs) if graph_bs else default_max_bs
+        reserved = 512.0
+        reserved += max(chunk if chunk > 0 else int(v.get("max_prefill_tokens") or 16384), 2048) * 1.5
+        reserved += max_bs_for_reserve * 2
+        reserved += tp * pp / 8 * 1024
+        if raw_dp_attention:
+            reserved += max_bs_for_reserve * max(dp, attn_dp) * 3
+            if max_bs_for_reserve > 300:
+                reserved += max_bs_for_reserve * max(dp, attn_dp) * 1.5
+        if gpu_mem_mb > 60 * 1024:
+            reserved = max(reserved, 10 * 1024)
+        v["mem_fraction_static"] = round((gpu_mem_mb - reserved) / gpu_mem_mb, 3)
+
+    # -- backends the version picks when none is given --------------------------------------------------------
+    if v.get("attention_backend") is None and v.get("prefill_attention_backend") is None \
+            and v.get("decode_attention_backend") is None:
+        v["attention_backend"] = profile.auto.get("attention_backend", "flashinfer")
+    if v.get("sampling_backend") is None:
+        v["sampling_backend"] = profile.auto.get("sampling_backend", "flashinfer")
+    if v.get("page_size") is None:
+        v["page_size"] = int(profile.auto.get("page_size", 1))
+    if version != "0.5.6" and model.dsa:
+        if v.get("dsa_prefill_backend") is None:
+            v["dsa_prefill_backend"] = profile.auto.get("dsa_prefill_backend", "flashmla_auto")
+        if v.get("dsa_decode_backend") is None:
+            v["dsa_decode_backend"] = profile.auto.get("dsa_decode_backend", "flashmla_kv")
+    if v.get("served_model_name") is None:
+        v["served_model_name"] = v.get("model_path")
+    if v.get("tokenizer_path") is None:
+        v["tokenizer_path"] = v.get("model_path")
+    if v.get("context_length") is None:
+        context_length = model.context_length
+    else:
+        context_length = int(v["context_length"])
+
+    kv_dtype = v.get("kv_cache_dtype") or "auto"
+    if kv_dtype == "auto":
+        kv_dtype = profile.auto.get("kv_cache_dtype", model.default_kv_dtype)
+    if kv_dtype == "bf16":
+        kv_dtype = "bfloat16"
+
+    def kernel(phase_flag: str) -> str:
+        name = v.get(phase_flag) or v.get("attention_backend") or profile.auto.get("attention_backend", "flashinfer")
+        if name in ("nsa", "dsa"):
+            key = ("nsa_" if version == "0.5.6" else "dsa_") + ("decode" if "decode" in phase_flag else "prefill") + "_backend"
+            return str(v.get(key))
+        return str(name)
+
+    moe_runner = v.get("moe_runner_backend") or "auto"
+    if moe_runner == "auto":
+        moe_runner = profile.auto.get("moe_runner_backend", "auto")
+    gemm = "auto"
+    gemm_key = "fp4_gemm_runner_backend" if model.compute_dtype == "fp4" else "fp8_gemm_runner_backend"
+    if gemm_key in v:
+        gemm = v.get(gemm_key) or "auto"
+    if gemm == "auto":
+        gemm = profile.auto.get(gemm_key, "auto")
+
+    knobs = Knobs(
+        tp=tp, dp=replicas, attn_dp=attn_dp, pp=pp, ep=ep, gpus=tp * pp * replicas,
+        decode_backend=kernel("decode_attention_backend"), prefill_backend=kernel("prefill_attention_backend"),
+        kv_dtype=kv_dtype, cuda_graph=graph_on, cuda_graph_bs=tuple(graph_bs),
+        cuda_graph_max_bs=max(graph_bs) if graph_bs else 0, cuda_graph_padding=not no_padding,
+        prefill_cuda_graph=prefill_graph,
+        torch_compile=bool(v.get("enable_torch_compile")), torch_compile_max_bs=int(v.get("torch_compile_max_bs") or 32),
+        mem_fraction=float(v["mem_fraction_static"]),
+        chunked_prefill_size=int(v["chunked_prefill_size"]),
+        max_prefill_tokens=int(v.get("max_prefill_tokens") or 16384),
+        max_running_requests=None if v.get("max_running_requests") is None else int(v["max_running_requests"]),
+        max_total_tokens=None if v.get("max_total_tokens") is None else int(v["max_total_tokens"]),
+        schedule_policy=str(v.get("schedule_policy") or "fcfs"),
+        schedule_conservativeness=float(v.get("schedule_conservativeness") or 1.0),
+        page_size=int(v["page_size"]),
+        mixed_chunk=bool(v.get("enable_mixed_chunk")),
+        continuous_decode_steps=max(1, int(v.get("num_continuous_decode_steps") or 1)),
+        overlap_schedule=not v.get("disable_overlap_schedule"),
+        two_batch_overlap=bool(v.get("enable_two_batch_overlap")),
+        custom_all_reduce=not v.get("disable_custom_all_reduce"),
+        radix_cache=not v.get("disable_radix_cache"),
+        moe_runner=str(moe_runner), moe_a2a=str(v.get("moe_a2a_backend") or "none"), gemm_backend=str(gemm),
+        sampling_backend=str(v["sampling_backend"]),
+        stream_interval=max(1, int(v.get("stream_interval") or 1)),
+        context_length=context_length,
+        nan_detection=bool(v.get("enable_nan_detection")),
+        decode_log_interval=max(1, int(v.get("decode_log_interval") or 40)),
+    )
+    return Resolved(args=v, knobs=knobs, log=tuple(log), failure=failure)

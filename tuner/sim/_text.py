@@ -1,0 +1,133 @@
+"""Text: a deterministic toy tokenizer and the "language model" behind the simulated server.
+
+The model is a pure function of the context: a rolling 64-bit hash of the token ids so far decides the greedy
+next token of free text and the logprob of any token. A decode step and a later re-prefill of the same tokens
+therefore compute identical logprobs (up to the kernels' rounding jitter), which is what SGLang's own
+decode-vs-prefill KL check expects of a healthy backend. Known questions are answered from `_facts`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import zlib
+from typing import Iterable, Sequence
+
+from . import _facts
+
+MASK = (1 << 64) - 1
+_TOKEN = re.compile(r"\s?[A-Za-z]+|\s?\d|\s?[^\sA-Za-z\d]|\s+")
+FIRST_HASHED_ID = 256  # ids below are reserved for special tokens
+
+PSEUDO_WORDS = (
+    " the", " of", " and", " to", " in", " a", " is", " that", " for", " it", " as", " was", " with", " be", " by",
+    " on", " not", " he", " this", " are", " or", " his", " from", " at", " which", " but", " have", " an", " had",
+    " they", " you", " were", " their", " one", " all", " we", " can", " her", " has", " there", " been", " if",
+    " more", " when", " will", " would", " who", " so", " no", " time", " system", " model", " server", " data",
+    " value", " result", " number", " first", " new", " work", " part", " place", " case", " point", " group",
+    " problem", " fact", " way", " world", " state", " water", " light", " power", " form", " line", " order",
+    " level", " river", " city", " market", " paper", " music", " energy", " field", " table", " signal", " memory",
+    " network", " process", " method", " answer", " question", " course", " history", " science", " language",
+    " small", " large", " simple", " early", " common", " clear", " strong", " quiet", " bright", " careful",
+    " runs", " makes", " gives", " takes", " shows", " keeps", " moves", " holds", " turns", " builds", ",", ".",
+    " because", " although", " while", " after", " before", " between", " under", " over", " through", " during",
+)
+
+CHAT_ROLES = {"system": "<|system|>", "user": "<|user|>", "assistant": "<|assistant|>", "tool": "<|observation|>"}
+
+
+def splitmix64(x: int) -> int:
+    x = (x + 0x9E3779B97F4A7C15) & MASK
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK
+    return x ^ (x >> 31)
+
+
+def step_hash(h: int, token: int) -> int:
+    """The context hash after appending `token` (FNV-style multiply-xor: cheap, order-sensitive)."""
+    return ((h ^ (token + 0x51ED27)) * 0x100000001B3) & MASK
+
+
+HASH_SEED = 0xCBF29CE484222325
+
+
+def unit(h: int, token: int, salt: int = 0) -> float:
+    return splitmix64(h ^ (token * 0x2545F4914F6CDD1D) ^ salt) / 18446744073709551616.0
+
+
+def logprob(h: int, token: int) -> float:
+    """The model's logprob of `token` after context hash `h` (a deterministic value in [-2.5, 0))."""
+    u = unit(h, token)
+    return -(0.0005 + 2.5 * u * u)
+
+
+class Tokenizer:
+    def __init__(self, vocab_size: int, eos_token_id: int, token0_text: str) -> None:
+        self.vocab_size = vocab_size
+        self.eos_token_id = eos_token_id
+        self._text: dict[int, str] = {0: token0_text, eos_token_id: ""}
+        self._json: dict[int, bytes] = {}
+        self._ids: dict[str, int] = {}
+        self.pseudo_ids = tuple(self.token_id(w) for w in PSEUDO_WORDS)
+        self.plus_id = self.token_id("+")
+
+    def token_id(self, piece: str) -> int:
+        tid = self._ids.get(piece)
+        if tid is None:
+            span = self.vocab_size - FIRST_HASHED_ID
+            tid = FIRST_HASHED_ID + zlib.crc32(piece.encode("utf-8")) % span
+            self._ids[piece] = tid
+            self._text.setdefault(tid, piece)
+        return tid
+
+    def encode(self, text: str) -> list[int]:
+        return [self.token_id(piece) for piece in _TOKEN.findall(text)]
+
+    def piece(self, tid: int) -> str:
+        text = self._text.get(tid)
+        if text is not None:
+            return text
+        if tid < 0 or tid >= self.vocab_size:
+            return ""  # SGLang's detokenizer skips ids it cannot map
+        return PSEUDO_WORDS[tid % len(PSEUDO_WORDS)]
+
+    def piece_json(self, tid: int) -> bytes:
+        """The piece as it appears inside a JSON string (escaped, UTF-8), cached per id."""
+        out = self._json.get(tid)
+        if out is None:
+            out = json.dumps(self.piece(tid), ensure_ascii=False)[1:-1].encode("utf-8")
+            self._json[tid] = out
+        return out
+
+    def decode(self, ids: Iterable[int]) -> str:
+        piece = self.piece
+        return "".join(piece(t) for t in ids)
+
+
+def apply_chat_template(messages: Sequence[dict]) -> str:
+    """A trivial GLM-like template: role tags, one message per block, then the assistant's turn."""
+    parts = []
+    for message in messages:
+        role = CHAT_ROLES.get(str(message.get("role", "user")), "<|user|>")
+        content = message.get("content")
+        if isinstance(content, list):  # OpenAI content parts
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        parts.append(f"{role}\n{content or ''}\n")
+    parts.append("<|assistant|>\n")
+    return "".join(parts)
+
+
+def known_answer(prompt: str, extra: Iterable[tuple[str, str]] = ()) -> str | None:
+    """The answer a healthy model gives to the last known question in the prompt, if any."""
+    low = " ".join(prompt.lower().split())
+    best, best_at = None, -1
+    for question, answer in (*_facts.FACTS, *extra):
+        at = low.rfind(" ".join(question.lower().split()))
+        if at > best_at:
+            best, best_at = answer, at
+    match = None
+    for match in _facts.ARITHMETIC.finditer(low):
+        pass
+    if match is not None and match.start() > best_at:
+        return _facts.arithmetic_answer(low)
+    return best
