@@ -66,6 +66,10 @@ def _parser() -> argparse.ArgumentParser:
     dashboard.add_argument("--port", type=int, default=8080)
     dashboard.add_argument("--workdir", default="runs")
 
+    report = sub.add_parser("report", help="HTML page with charts of the study (needs matplotlib)")
+    storage_args(report)
+    report.add_argument("--out", default="report", help="folder for index.html and its images (default: %(default)s)")
+
     show = sub.add_parser("show", help="table of trials and failure breakdown")
     storage_args(show)
     show.add_argument("--sort", default="value", help="value, number, time, or a metric name")
@@ -115,6 +119,12 @@ def _dispatch(args: argparse.Namespace) -> int:
         from ._dashboard import serve
 
         serve(args.storage, args.host, args.port, args.workdir)
+        return 0
+    if args.command == "report":
+        from ._report import report
+
+        path = report(args.storage, args.study, args.out)
+        print(f"wrote {path}", file=sys.stderr)
         return 0
     if args.command == "show":
         from ._show import show

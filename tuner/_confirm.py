@@ -54,12 +54,23 @@ def confirm(storage: str, study_name: str | None, top: int, repeats: int, workdi
                                    "run more trials first")
     maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
     candidates.sort(key=lambda t: t.value, reverse=maximize)
-    candidates = candidates[:top]
+    seen: set[str] = set()
+    unique = []  # a reused trial repeats the value of the one it copied: measure each config once
+    for t in candidates:
+        key = t.user_attrs.get("config_key", str(t.number))
+        if key not in seen:
+            seen.add(key)
+            unique.append(t)
+    candidates = unique[:top]
     spec = parse_spec(study.user_attrs["space_source"], "<stored space>")
     command = tuple(study.user_attrs.get("server_command") or get_engine(spec.engine).default_command)
     env = {**os.environ, **spec.server.env}
     if study.user_attrs.get("simulate"):
+        from ._run import SIM_SPEED
+
         env["TUNER_SIM_PROFILE"] = study.user_attrs["simulate"]
+        for name, value in SIM_SPEED.items():
+            env.setdefault(name, value)
     ctx = TrialContext(spec, get_engine(spec.engine), command, base_env=env)
     metric = spec.objective.metric
     results = []

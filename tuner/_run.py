@@ -22,15 +22,18 @@ from ._slots import SlotPool
 from ._progress import Progress, summary
 from ._redact import Redactor
 from ._spec import Spec, load_spec
-from ._study import load_or_create, open_storage
+from ._study import heartbeat_settings, load_or_create, open_storage
 from ._teardown import end_orphans
 from ._trial import TrialContext
-from ._worker import Interrupted, Worker
+from ._worker import Interrupted, Surplus, TrialBudget, Worker, fail_trials_of_dead_workers
 from .engines import get_engine
 
 DEFAULT_SPACE = Path("search_spaces/default.yaml")
 DEFAULT_PROFILE = "glm5-nvfp4-sm120"
 SIM_COMMAND = (sys.executable, "-m", "tuner.sim")
+# A dry run compresses the minutes of a real start-up far more than decode steps, whose wall-clock token
+# rate the probe must keep up with on a small machine. The environment overrides either.
+SIM_SPEED = {"TUNER_SIM_TIME_SCALE": "0.05", "TUNER_SIM_STARTUP_SCALE": "0.005"}
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,9 @@ def prepare(space: str | None, simulate: str | None, model: str | None, strict: 
     if simulate:
         command = SIM_COMMAND
         env["TUNER_SIM_PROFILE"] = simulate
+        for name, value in SIM_SPEED.items():
+            env.setdefault(name, value)
+        spec = _compress_timeouts(spec, float(env["TUNER_SIM_STARTUP_SCALE"]))
     else:
         command = spec.server.command or engine.default_command
         if "/" in command[0]:
@@ -95,6 +101,18 @@ def _with_model(spec: Spec, model: str) -> Spec:
     from dataclasses import replace
 
     return replace(spec, server=replace(spec.server, model_path=model))
+
+
+def _compress_timeouts(spec: Spec, scale: float) -> Spec:
+    """The simulator compresses start-up by `scale`: so are the waits for it (a simulated hang must not
+    cost the 15 real minutes a space allows a real GPU server)."""
+    from dataclasses import replace
+
+    if scale <= 0:
+        scale = 0.0
+    server = replace(spec.server, startup_timeout=max(5.0, spec.server.startup_timeout * scale),
+                     stall_timeout=max(2.0, spec.server.stall_timeout * scale))
+    return replace(spec, server=server)
 
 
 def _absolute(path: str) -> str:
@@ -127,6 +145,10 @@ def run(options: RunOptions, stream=sys.stderr) -> optuna.Study:
     ended = end_orphans(workdir)
     if ended:
         progress.say(f"ended {len(ended)} server(s) left running by an earlier, killed run: groups {ended}")
+    died = fail_trials_of_dead_workers(study, workdir)
+    if died:
+        progress.say(f"failed trial(s) {died}, left RUNNING by a worker of this folder that was killed; "
+                     "each is run again once")
     _requeue_interrupted(study)
     # What `confirm` needs to launch the same servers again.
     study.set_user_attr("server_command", list(prepared.command))
@@ -147,12 +169,11 @@ def run(options: RunOptions, stream=sys.stderr) -> optuna.Study:
     progress.say(f"study '{study_name}' on {options.storage}: {done} of {options.trials} trials done; "
                  f"{prepared.report.flags_checked} flags checked against '{' '.join(prepared.command)} --help'")
     if remaining > 0:
+        budget = TrialBudget(options.trials, ctx.cancel, grace_s=heartbeat_settings()[1])
+        worker.budget = budget
         with _interrupts_cancel(ctx.cancel):
             try:
-                study.optimize(worker, n_trials=remaining, timeout=options.timeout, catch=(), n_jobs=n_jobs,
-                               callbacks=[optuna.study.MaxTrialsCallback(
-                                   options.trials, states=(TrialState.COMPLETE, TrialState.PRUNED))],
-                               gc_after_trial=False, show_progress_bar=False)
+                _optimize(study, worker, budget, n_jobs, options.timeout, progress)
             except (KeyboardInterrupt, Interrupted):
                 ctx.cancel.set()
                 progress.say("interrupted: the server was stopped and the trial marked; "
@@ -162,6 +183,47 @@ def run(options: RunOptions, stream=sys.stderr) -> optuna.Study:
     return study
 
 
+def _optimize(study: optuna.Study, worker: Worker, budget: TrialBudget, n_jobs: int, timeout: float | None,
+              progress: Progress) -> None:
+    """study.optimize until the study has its N trials, however many workers share it (see TrialBudget)."""
+    import time
+
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        budget._reserved = 0
+        room = budget.room(study)
+        if room == 0:
+            # The rest are running elsewhere: wait until they finish, or one of them dies.
+            if not budget.wait_for_room(study):
+                return
+            budget.reserve(-1)
+            room = max(1, budget.room(study))
+        jobs = min(n_jobs, room)  # never start more trials than are missing
+        budget.reserve(jobs)
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return
+        try:
+            study.optimize(worker, n_trials=None, timeout=left, catch=(Surplus,), n_jobs=jobs,
+                           callbacks=[budget], gc_after_trial=False, show_progress_bar=False)
+            return
+        except (ValueError, AssertionError, optuna.exceptions.UpdateFinishedTrialError) as exc:
+            if not _lost_trial(exc) or worker.ctx.cancel.is_set():
+                raise
+            # Our heartbeat came too late (the storage was away longer than the grace period) and another
+            # worker failed this trial as stale; its retry is queued. Carry on with the next one.
+            progress.say(f"warning: a trial of this worker was failed as stale by another worker "
+                         f"({type(exc).__name__}: {exc}); it is run again, continuing")
+
+
+def _lost_trial(exc: BaseException) -> bool:
+    if isinstance(exc, optuna.exceptions.UpdateFinishedTrialError):
+        return True
+    if isinstance(exc, ValueError):
+        return str(exc).startswith("Cannot tell a ")
+    return isinstance(exc, AssertionError) and "Should not reach" in str(exc)
+
+
 def _finished(study: optuna.Study) -> int:
     return sum(1 for t in study.get_trials(deepcopy=False) if t.state in (TrialState.COMPLETE, TrialState.PRUNED))
 
@@ -169,9 +231,13 @@ def _finished(study: optuna.Study) -> int:
 def _requeue_interrupted(study: optuna.Study) -> None:
     """A trial cut short by Ctrl-C or SIGTERM is not the configuration's fault: run it again, once."""
     requeued = set(study.user_attrs.get("requeued", []))
+    trials = study.get_trials(deepcopy=False)
+    # Already run again by another worker, or by the heartbeat's retry (a worker killed after marking it).
+    requeued |= {t.user_attrs["requeued_from"] for t in trials if t.user_attrs.get("requeued_from") is not None}
+    requeued |= {n for t in trials for n in t.system_attrs.get("retry_history", [])}
     new = []
-    for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
-        if t.number in requeued or t.user_attrs.get("failure_kind") != "interrupted":
+    for t in trials:
+        if t.state != TrialState.FAIL or t.number in requeued or t.user_attrs.get("failure_kind") != "interrupted":
             continue
         attrs = {"requeued_from": t.number}
         if t.user_attrs.get("baseline"):
@@ -227,7 +293,7 @@ def _slots(options: RunOptions, spec: Spec, engine, progress: Progress):
             settled = baseline.settled
     progress.say(f"GPU slots: {len(gpu_ids)} GPUs {list(gpu_ids)}, up to {n_jobs} trials at once "
                  f"(smallest configuration needs {smallest})")
-    return SlotPool(gpu_ids), n_jobs, settled
+    return SlotPool(gpu_ids, settled=settled), n_jobs, settled
 
 
 def _fewest_gpus(spec: Spec, engine) -> int:

@@ -2,24 +2,187 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
+import os
+import time
 import warnings
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import optuna
 import sqlalchemy.exc
+import tenacity
+from optuna.storages import RDBStorage
+from optuna.trial import TrialState
 
 from ._errors import StorageError, StudyMismatchError, UsageError
 from ._spec import Spec
 
 # Heartbeats, the retry callback and metric names are marked experimental; they are what we rely on.
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+# The tuner reports every trial itself; Optuna's own per-trial log lines (with tracebacks of an
+# interrupted trial) would only repeat it.
+optuna.logging.set_verbosity(optuna.logging.ERROR)
 
 SAMPLERS = ("tpe", "random", "gp")
-HEARTBEAT_INTERVAL = 5
-GRACE_PERIOD = 20
+HEARTBEAT_INTERVAL = 5  # seconds between a running trial's heartbeats (env TUNER_HEARTBEAT_INTERVAL)
+GRACE_PERIOD = 20  # a RUNNING trial without a heartbeat for this long is failed (env TUNER_GRACE_PERIOD)
 MAX_RETRY = 1  # a trial whose worker died is run once more, not forever
+SQLITE_TIMEOUT = 60.0  # seconds SQLite waits for another process's lock (env TUNER_SQLITE_TIMEOUT)
+STORAGE_RETRY_S = 300.0  # how long a storage call is retried while the database is away (env TUNER_STORAGE_RETRY_S)
+STUDY_INIT_WAIT_S = 30.0  # how long a second worker waits for the first to finish creating the study
+
+log = logging.getLogger("tuner.storage")
+T = TypeVar("T")
+
+
+def _env_number(name: str, default: float, kind: type = float) -> Any:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return kind(default)
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise UsageError(f"{name}={raw!r} is not a number", f"unset it or write e.g. {name}={kind(default)}") from None
+    if value <= 0:
+        raise UsageError(f"{name}={raw!r} must be positive", f"unset it or write e.g. {name}={kind(default)}")
+    return value
+
+
+def heartbeat_settings() -> tuple[int, int]:
+    """(heartbeat interval, grace period) in seconds; tests shorten them through the environment."""
+    interval = _env_number("TUNER_HEARTBEAT_INTERVAL", HEARTBEAT_INTERVAL, int)
+    grace = _env_number("TUNER_GRACE_PERIOD", GRACE_PERIOD, int)
+    if grace <= interval:
+        raise UsageError(f"TUNER_GRACE_PERIOD ({grace}) must be longer than TUNER_HEARTBEAT_INTERVAL ({interval})",
+                         "a grace period of three or four heartbeats, e.g. 1 and 4")
+    return interval, grace
+
+
+# -- retries: "database is locked" (SQLite) and a database server that is briefly away (PostgreSQL) ------
+
+def transient(exc: BaseException) -> bool:
+    """True for errors that go away by waiting: a lock held by another process, a lost connection."""
+    if isinstance(exc, optuna.exceptions.StorageInternalError) and exc.__cause__ is not None:
+        exc = exc.__cause__
+    if isinstance(exc, sqlalchemy.exc.DBAPIError) and exc.connection_invalidated:
+        return True
+    # OperationalError covers SQLite's "database is locked"/"busy" and PostgreSQL's refused or dropped
+    # connections and administrator shutdowns; InterfaceError a psycopg2 connection already closed.
+    return isinstance(exc, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError))
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, optuna.exceptions.StorageInternalError) and exc.__cause__ is not None:
+        exc = exc.__cause__
+    orig = getattr(exc, "orig", None) or exc
+    text = str(orig).strip().splitlines()
+    return f"{type(orig).__name__}: {text[0] if text else ''}"[:200]
+
+
+def retrying(what: str, budget_s: float | None = None) -> tenacity.Retrying:
+    """A tenacity policy for one storage call: back off up to 2 s between tries, give up after the budget."""
+    budget = STORAGE_RETRY_S if budget_s is None else budget_s
+
+    def before_sleep(state: tenacity.RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        if state.attempt_number == 1 or state.attempt_number % 10 == 0:
+            log.warning("tuner: storage unavailable during %s (%s); retrying for up to %.0f s",
+                        what, _reason(exc) if exc else "?", budget)
+
+    return tenacity.Retrying(
+        retry=tenacity.retry_if_exception(transient),
+        wait=tenacity.wait_exponential(multiplier=0.05, max=2.0) + tenacity.wait_random(0, 0.1),
+        stop=tenacity.stop_after_delay(budget),
+        before_sleep=before_sleep, reraise=True)
+
+
+def retry_call(what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run one storage write of the tuner's own (user attrs, constraints, notes) with retries."""
+    for attempt in retrying(what):
+        with attempt:
+            return fn(*args, **kwargs)
+    raise AssertionError("unreachable")  # tenacity re-raises the last error
+
+
+# Every storage call Optuna makes (ask, tell, heartbeats, stale-trial checks) and every one the tuner
+# makes goes through one of these; each is retried while the error is transient.
+_RETRIED = (
+    "create_new_study", "delete_study", "set_study_user_attr", "set_study_system_attr",
+    "get_study_id_from_name", "get_study_name_from_id", "get_study_directions", "get_study_user_attrs",
+    "get_study_system_attrs", "get_all_studies", "create_new_trial", "set_trial_param", "get_trial_param",
+    "set_trial_intermediate_value", "set_trial_user_attr", "set_trial_system_attr", "get_trial_user_attrs",
+    "get_trial_system_attrs", "get_trial_id_from_study_id_trial_number", "get_trial", "get_all_trials",
+    "get_best_trial", "record_heartbeat", "_get_stale_trial_ids",
+)
+
+
+def _retried(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def call(self: RDBStorage, *args: Any, **kwargs: Any) -> Any:
+        for attempt in retrying(name):
+            with attempt:
+                return method(self, *args, **kwargs)
+    return call
+
+
+class RetryingRDBStorage(RDBStorage):
+    """RDBStorage whose calls wait out "database is locked" and a database server that is briefly away.
+
+    A write whose commit failed was rolled back, so trying it again is safe. The one write that is not
+    idempotent by itself, finishing a trial, is made so: a retry that finds the trial already in the
+    state it was asked to reach (the first try committed, but the answer was lost) counts as done.
+    """
+
+    def set_trial_state_values(self, trial_id: int, state: TrialState, values: Any = None) -> bool:
+        tried = False
+        for attempt in retrying("set_trial_state_values"):
+            with attempt:
+                try:
+                    return RDBStorage.set_trial_state_values(self, trial_id, state, values)
+                except optuna.exceptions.UpdateFinishedTrialError:
+                    if tried and state.is_finished() and RDBStorage.get_trial(self, trial_id).state == state:
+                        return True
+                    raise
+                except BaseException as exc:
+                    tried = tried or transient(exc)
+                    raise
+        raise AssertionError("unreachable")
+
+
+for _name in _RETRIED:
+    setattr(RetryingRDBStorage, _name, _retried(_name, getattr(RDBStorage, _name)))
+
+
+def _schema_race(exc: BaseException) -> bool:
+    """Two workers creating the tables of a fresh database at once: the loser sees them half made."""
+    if isinstance(exc, (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError)):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, sqlalchemy.exc.OperationalError) and ("locked" in text or "already exists" in text)
+
+
+def _serialise_sqlite(engine: sqlalchemy.engine.Engine) -> None:
+    """Make every SQLite transaction take the write lock when it begins (BEGIN IMMEDIATE).
+
+    Python's sqlite3 driver starts a transaction only at the first write, so a read-then-write (Optuna
+    popping a WAITING trial: read its state, then set RUNNING) is not atomic: two workers, or two threads
+    of one, can both pop the same trial and run it twice. With BEGIN IMMEDIATE the second waits for the
+    first (SQLite's busy timeout) and then sees the trial RUNNING. It also removes the lock upgrade that
+    fails at once with "database is locked" instead of waiting.
+    """
+
+    @sqlalchemy.event.listens_for(engine, "connect")
+    def _no_driver_transactions(dbapi_connection: Any, record: Any) -> None:
+        dbapi_connection.isolation_level = None
+
+    @sqlalchemy.event.listens_for(engine, "begin")
+    def _begin_immediate(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    engine.dispose()  # connections made before the listeners existed
 
 
 def open_storage(url: str, heartbeat: bool = True) -> optuna.storages.RDBStorage:
@@ -28,17 +191,26 @@ def open_storage(url: str, heartbeat: bool = True) -> optuna.storages.RDBStorage
     engine_kwargs: dict[str, Any] = {}
     if url.startswith("sqlite"):
         # Several processes on one SQLite file wait for each other instead of failing with
-        # "database is locked".
-        engine_kwargs = {"connect_args": {"timeout": 60}}
+        # "database is locked"; what still fails after the timeout is retried (RetryingRDBStorage).
+        engine_kwargs = {"connect_args": {"timeout": _env_number("TUNER_SQLITE_TIMEOUT", SQLITE_TIMEOUT)}}
     else:
+        # A connection the server dropped (restart, failover) is noticed and replaced before use.
         engine_kwargs = {"pool_pre_ping": True}
     kwargs: dict[str, Any] = {}
     if heartbeat:
-        kwargs = dict(heartbeat_interval=HEARTBEAT_INTERVAL, grace_period=GRACE_PERIOD,
+        interval, grace = heartbeat_settings()
+        kwargs = dict(heartbeat_interval=interval, grace_period=grace,
                       heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
                           max_retry=MAX_RETRY))
     try:
-        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **kwargs)
+        for attempt in tenacity.Retrying(retry=tenacity.retry_if_exception(_schema_race),
+                                         wait=tenacity.wait_random(0.1, 0.5), stop=tenacity.stop_after_attempt(8),
+                                         reraise=True):
+            with attempt:
+                storage = RetryingRDBStorage(url, engine_kwargs=engine_kwargs, **kwargs)
+                if url.startswith("sqlite"):
+                    _serialise_sqlite(storage.engine)
+                return storage
     except (sqlalchemy.exc.ArgumentError, sqlalchemy.exc.NoSuchModuleError) as exc:
         raise StorageError(f"storage URL {url!r} is malformed ({type(exc).__name__})",
                            "use sqlite:///trials.db or postgresql://user:pass@host/db") from exc
@@ -49,6 +221,7 @@ def open_storage(url: str, heartbeat: bool = True) -> optuna.storages.RDBStorage
     except ModuleNotFoundError as exc:
         raise StorageError(f"the driver for {_safe_url(url)} is not installed ({exc.name})",
                            "pip install 'tuner[postgres]'") from exc
+    raise AssertionError("unreachable")
 
 
 def _safe_url(url: str) -> str:
@@ -62,54 +235,122 @@ def space_digest(spec: Spec) -> str:
     return hashlib.sha256(spec.source.encode()).hexdigest()[:16]
 
 
+def _trial_seed(seed: int, number: int) -> int:
+    return (seed * 1_000_003 + number * 7919 + 17) % (2**32)
+
+
+def _seeded_per_trial(cls: type) -> type:
+    """A sampler class whose random draws depend on (seed, trial number), not on the worker's history.
+
+    With one --seed, several workers (processes or hosts) on one study would otherwise draw the same
+    sequence and propose the same configurations at the same time; a single worker stays reproducible.
+    """
+
+    class Seeded(cls):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, seed: int | None = None, **kwargs: Any) -> None:
+            super().__init__(*args, seed=seed, **kwargs)
+            self._tuner_seed = seed
+
+        def before_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+            if self._tuner_seed is not None:
+                seed = _trial_seed(self._tuner_seed, trial.number)
+                self._rng.rng.seed(seed)
+                inner = getattr(self, "_random_sampler", None) or getattr(self, "_independent_sampler", None)
+                if inner is not None and hasattr(inner, "_rng"):
+                    inner._rng.rng.seed(seed ^ 0x5BD1E995)
+            super().before_trial(study, trial)
+
+        def reseed_rng(self) -> None:
+            # optimize(n_jobs>1) reseeds each thread's sampler from entropy; trial numbers do that here.
+            if self._tuner_seed is None:
+                super().reseed_rng()
+
+    Seeded.__name__ = Seeded.__qualname__ = cls.__name__
+    return Seeded
+
+
+_TPE = _seeded_per_trial(optuna.samplers.TPESampler)
+_RANDOM = _seeded_per_trial(optuna.samplers.RandomSampler)
+_GP = _seeded_per_trial(optuna.samplers.GPSampler)
+
+
 def make_sampler(name: str, seed: int | None, spec: Spec) -> optuna.samplers.BaseSampler:
     if name == "tpe":
-        return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True,
-                                          n_startup_trials=8)
+        return _TPE(seed=seed, multivariate=True, constant_liar=True, n_startup_trials=8)
     if name == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
+        return _RANDOM(seed=seed)
     if name == "gp":
-        return optuna.samplers.GPSampler(seed=seed)
+        return _GP(seed=seed)
     raise UsageError(f"unknown sampler {name!r}", f"use one of {', '.join(SAMPLERS)}")
 
 
 def load_or_create(storage: optuna.storages.BaseStorage, study_name: str, spec: Spec, sampler_name: str,
                    seed: int | None, on_space_change: str = "refuse") -> optuna.Study:
-    """The study to run, created on first use; a study made with another space is refused."""
+    """The study to run, created on first use; a study made with another space is refused.
+
+    Several workers may start at once on one study: one creates it, the others get DuplicatedStudyError,
+    load it, and wait until the creator has finished setting it up (baseline enqueued, space recorded).
+    """
     sampler = make_sampler(sampler_name, seed, spec)
     pruner = _pruner(spec)
     directions = spec.objective.directions
-    existing = {s.study_name: s for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
-    if study_name in existing:
-        study = optuna.load_study(study_name=study_name, storage=storage, sampler=sampler, pruner=pruner)
-        digest = study.user_attrs.get("space_digest")
-        if digest and digest != space_digest(spec):
-            if on_space_change == "fresh":
-                optuna.delete_study(study_name=study_name, storage=storage)
-                return load_or_create(storage, study_name, spec, sampler_name, seed)
-            if on_space_change != "continue":
-                raise StudyMismatchError(f"study {study_name!r} exists with a different search space",
-                                         "pass --continue to go on with the new space, --fresh to start over, "
-                                         "or --study NAME for a new study")
-            study.set_user_attr("space_digest", space_digest(spec))
-        if [d.name.lower() for d in study.directions] != directions:
-            raise StudyMismatchError(f"study {study_name!r} has other objectives",
-                                     "use --study NAME for a new study")
-        return study
-    logging.getLogger("optuna").setLevel(logging.WARNING)
-    study = optuna.create_study(study_name=study_name, storage=storage, sampler=sampler, pruner=pruner,
-                                directions=directions)
-    study.set_user_attr("space_digest", space_digest(spec))
+    existing = {s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
+    if study_name not in existing:
+        logging.getLogger("optuna").setLevel(logging.WARNING)
+        try:
+            study = optuna.create_study(study_name=study_name, storage=storage, sampler=sampler, pruner=pruner,
+                                        directions=directions)
+        except optuna.exceptions.DuplicatedStudyError:
+            pass  # another worker created it a moment ago: load theirs
+        else:
+            _initialise(study, spec, sampler_name)
+            return study
+    study = optuna.load_study(study_name=study_name, storage=storage, sampler=sampler, pruner=pruner)
+    digest = _wait_initialised(study, spec, sampler_name)
+    if digest != space_digest(spec):
+        if on_space_change == "fresh":
+            optuna.delete_study(study_name=study_name, storage=storage)
+            return load_or_create(storage, study_name, spec, sampler_name, seed)
+        if on_space_change != "continue":
+            raise StudyMismatchError(f"study {study_name!r} exists with a different search space",
+                                     "pass --continue to go on with the new space, --fresh to start over, "
+                                     "or --study NAME for a new study")
+        study.set_user_attr("space_digest", space_digest(spec))
+    if [d.name.lower() for d in study.directions] != directions:
+        raise StudyMismatchError(f"study {study_name!r} has other objectives",
+                                 "use --study NAME for a new study")
+    return study
+
+
+def _initialise(study: optuna.Study, spec: Spec, sampler_name: str) -> None:
+    """Set up a new study. `space_digest` is written last: loaders take it as 'ready'."""
+    if spec.space.baseline is not None:
+        # First, so that the baseline is trial 0 whichever worker asks first.
+        study.enqueue_trial(dict(spec.space.baseline), user_attrs={"baseline": True}, skip_if_exists=True)
+    for point in spec.try_first:
+        study.enqueue_trial(dict(point), user_attrs={"try_first": True}, skip_if_exists=True)
     study.set_user_attr("space_name", spec.name)
     study.set_user_attr("space_source", spec.source)
     study.set_user_attr("engine", spec.engine)
     study.set_user_attr("sampler", sampler_name)
     study.set_metric_names(spec.objective.names)
-    if spec.space.baseline is not None:
-        study.enqueue_trial(dict(spec.space.baseline), user_attrs={"baseline": True})
-    for point in spec.try_first:
-        study.enqueue_trial(dict(point), user_attrs={"try_first": True})
-    return study
+    study.set_user_attr("space_digest", space_digest(spec))
+
+
+def _wait_initialised(study: optuna.Study, spec: Spec, sampler_name: str) -> str:
+    """The study's space digest, once its creator has written it; if the creator died before, finish its job."""
+    deadline = time.monotonic() + STUDY_INIT_WAIT_S
+    while True:
+        digest = study.user_attrs.get("space_digest")
+        if digest:
+            return digest
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
+    log.warning("tuner: study %r was never finished by the worker that created it; setting it up here",
+                study.study_name)
+    _initialise(study, spec, sampler_name)
+    return space_digest(spec)
 
 
 def _pruner(spec: Spec) -> optuna.pruners.BasePruner:

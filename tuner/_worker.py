@@ -8,9 +8,13 @@ configuration's fault (an interrupted run), because samplers learn nothing from 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import logging
+import threading
 import time
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +29,116 @@ from ._redact import Redactor
 from ._slots import NotEnoughGpus, SlotPool
 from ._space import ServerConfig
 from ._spec import Spec
+from ._teardown import WORKER_RECORD, owner_alive, read_record, this_worker, write_record
 from ._trial import TrialContext, TrialPlan, TrialResult, run_trial
 
 REFERENCE_ATTR = "reference"
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+# What a retried trial inherits from the one that died (RetryHeartbeatStaleTrialCallback copies every user
+# attr) but must not keep: it is about the dead run, not this one.
+_RUN_ATTRS = ("ended_at", "gpu_ids", "slot_acquired_at", "slot_released_at", "failure_kind", "failure_message",
+              "failure_stage")
 
 
 class Interrupted(TunerError):
     """The run was stopped (Ctrl-C, SIGTERM) while this trial ran; it is run again on resume."""
+
+
+class Surplus(Exception):
+    """Several workers asked at once and the study's trials are all taken: this one is not run."""
+
+
+class _QuietSurplus(logging.Filter):
+    """Optuna logs every FAIL with a traceback; a surplus trial was never run and needs none."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        return not ("Surplus(" in text or "failed with value None" in text and _surplus_numbers and
+                    any(text.startswith(f"Trial {n} ") for n in _surplus_numbers))
+
+
+_surplus_numbers: set[int] = set()
+logging.getLogger("optuna.study._optimize").addFilter(_QuietSurplus())
+
+
+def _live(t: optuna.trial.FrozenTrial, stale_after: float) -> bool:
+    """A RUNNING trial that is really being run. A trial row that a lost commit left behind (created, never
+    started, no heartbeat, so never failed as stale) stops counting once it is clearly abandoned."""
+    if "started_at" in t.user_attrs:
+        return True
+    return t.datetime_start is None or (datetime.now() - t.datetime_start).total_seconds() < stale_after
+
+
+@dataclasses.dataclass
+class TrialBudget:
+    """`--trials N` is the study's total, shared by every worker on it.
+
+    Optuna's MaxTrialsCallback stops a worker once N trials have finished, but a worker that starts a
+    trial while others still run the last ones overshoots N. Here a worker asks for a trial only while
+    finished + running < N; when the rest are all running elsewhere it waits (failing stale trials of
+    dead workers meanwhile, whose retries it then takes) until they finish or one of them fails. Two
+    workers that ask at the same moment are settled by trial number in `claim`: the later one is not run.
+    """
+
+    total: int
+    cancel: threading.Event
+    grace_s: float = 20.0
+    poll_s: float = 1.0
+    _reserved: int = 0
+    _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+
+    @property
+    def _stale_after(self) -> float:
+        return max(60.0, 3 * self.grace_s)
+
+    def counts(self, study: optuna.Study) -> tuple[int, int]:
+        trials = study.get_trials(deepcopy=False)
+        finished = sum(1 for t in trials if t.state in FINISHED)
+        running = sum(1 for t in trials if t.state == TrialState.RUNNING and _live(t, self._stale_after))
+        return finished, running
+
+    def reserve(self, n: int) -> None:
+        with self._lock:
+            self._reserved += n
+
+    def room(self, study: optuna.Study) -> int:
+        """How many more trials may be asked for now (0: wait; negative never)."""
+        finished, running = self.counts(study)
+        with self._lock:
+            return max(0, self.total - finished - running - self._reserved)
+
+    def wait_for_room(self, study: optuna.Study) -> bool:
+        """Block until another trial may be asked for (True) or the study has its N trials (False)."""
+        while True:
+            if self.cancel.is_set() or study._stop_flag:
+                return False
+            finished, running = self.counts(study)
+            if finished >= self.total:
+                return False
+            with self._lock:
+                if self.total - finished - running - self._reserved > 0:
+                    self._reserved += 1
+                    return True
+            # Every remaining trial is running somewhere. One may be a dead worker's: fail it once its
+            # heartbeat is stale, so that its retry (queued by the storage's callback) is run here.
+            optuna.storages.fail_stale_trials(study)
+            self.cancel.wait(self.poll_s)
+
+    def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        """The optimize callback: after each trial, wait until the next one is wanted, or stop."""
+        if not self.wait_for_room(study):
+            study.stop()
+
+    def claim(self, trial: optuna.Trial) -> None:
+        """At the start of a trial: raise Surplus if trials asked before it already fill the study."""
+        with self._lock:
+            self._reserved = max(0, self._reserved - 1)
+        trials = trial.study.get_trials(deepcopy=False)
+        finished = sum(1 for t in trials if t.state in FINISHED)
+        before = sum(1 for t in trials if t.number < trial.number and (
+            t.state == TrialState.WAITING or t.state == TrialState.RUNNING and _live(t, self._stale_after)))
+        if finished + before >= self.total:
+            raise Surplus(f"the study's {self.total} trials are finished or running")
 
 
 @dataclasses.dataclass
@@ -44,15 +151,44 @@ class Worker:
     redactor: Redactor = dataclasses.field(default_factory=lambda: Redactor({}))
     on_trial_end: Callable[[optuna.Trial, dict[str, Any]], None] = lambda trial, attrs: None
     pool: SlotPool | None = None  # GPU slots; None: the server sees whatever GPUs the tuner sees
+    budget: TrialBudget | None = None  # the study's shared --trials total
 
     # -- the objective ------------------------------------------------------------------------------
     def __call__(self, trial: optuna.Trial) -> float | list[float]:
+        if self.budget is not None:
+            try:
+                self.budget.claim(trial)
+            except Surplus as exc:
+                _surplus_numbers.add(trial.number)
+                trial.set_user_attr("failure_kind", "surplus")
+                trial.set_user_attr("failure_message", f"not run: {exc}")
+                raise
+        record = self.workdir / f"trial-{trial.number}" / WORKER_RECORD
+        # Who runs this trial: a worker restarted in this folder after a SIGKILL fails it at once
+        # instead of waiting for the heartbeat's grace period (fail_trials_of_dead_workers).
+        owner = {**this_worker(), "trial_id": trial._trial_id, "number": trial.number,
+                 "study": trial.study.study_name, "done": False}
+        write_record(record, owner)
+        try:
+            return self._objective(trial)
+        finally:
+            write_record(record, {**owner, "done": True})
+
+    def _objective(self, trial: optuna.Trial) -> float | list[float]:
         space = self.spec.space
+        retry_of = trial.study._storage.get_trial_system_attrs(trial._trial_id).get("failed_trial")
+        if retry_of is not None:
+            # Re-queued by the heartbeat callback after its worker died: drop what describes the dead run.
+            trial.set_user_attr("retry_of", retry_of)
+            for k in _RUN_ATTRS:
+                if k in trial.user_attrs:
+                    trial.set_user_attr(k, None)
         values = space.suggest(trial)
         config = space.config(values)
         key = config.key()
         trial.set_user_attr("config_key", key)
         trial.set_user_attr("started_at", time.time())
+        trial.set_user_attr("worker", f"{owner_label()}")
         broken = space.violations(values)
         if broken:
             result = TrialResult(trial.number, config)
@@ -143,7 +279,14 @@ class Worker:
     # -- never the same restart twice ---------------------------------------------------------------
     def _same_config_done(self, trial: optuna.Trial, key: str) -> optuna.trial.FrozenTrial | None:
         """An earlier trial with the same server configuration, waiting for it if it is still running."""
+        first = True
         while True:
+            if self.ctx.cancel.is_set():
+                raise KeyboardInterrupt("cancelled while waiting for a trial of the same configuration")
+            if not first:
+                # The trial waited for may be a dead worker's: fail it once stale, so this one runs it.
+                optuna.storages.fail_stale_trials(trial.study)
+            first = False
             running = None
             for other in trial.study.get_trials(deepcopy=False):
                 if other.number == trial.number or other.user_attrs.get("config_key") != key:
@@ -156,11 +299,11 @@ class Worker:
                     running = other
             if running is None:
                 return None
-            time.sleep(1.0)  # another worker runs this very configuration: wait for its result
+            self.ctx.cancel.wait(1.0)  # another worker runs this very configuration: wait for its result
 
     def _reuse(self, trial: optuna.Trial, prior: optuna.trial.FrozenTrial) -> float | list[float]:
         skip = {"started_at", "ended_at", "baseline", "gpu_ids", "config_key", "requeued_from",
-                "slot_acquired_at", "slot_released_at"}
+                "slot_acquired_at", "slot_released_at", "worker", "retry_of"}
         for k, v in prior.user_attrs.items():
             if k not in skip:
                 trial.set_user_attr(k, v)
@@ -172,3 +315,46 @@ class Worker:
         if prior.state == TrialState.COMPLETE and prior.values is not None:
             return prior.values if len(prior.values) > 1 else prior.values[0]
         raise optuna.TrialPruned(f"same configuration as trial {prior.number}")
+
+
+def owner_label() -> str:
+    me = this_worker()
+    return f"{me['host']}:{me['pid']}"
+
+
+def fail_trials_of_dead_workers(study: optuna.Study, workdir: Path) -> list[int]:
+    """Trials that a worker of this host ran from `workdir` and that are still RUNNING although that worker
+    is gone (SIGKILL, OOM killer, crash): fail them now and hand them to the storage's stale-trial callback
+    (which re-queues each once), exactly as the heartbeat would after its grace period.
+
+    A worker is judged dead only by its pid with the recorded start time on this host and boot; trials
+    of live workers sharing the folder, and of other hosts, are left to them and to the heartbeat.
+    """
+    storage = study._storage
+    callback = storage.get_heartbeat_stale_trial_callback() if hasattr(storage, "get_heartbeat_stale_trial_callback") \
+        else None
+    failed = []
+    for path in sorted(workdir.glob(f"trial-*/{WORKER_RECORD}")):
+        record = read_record(path)
+        if record is None or record.get("done") or record.get("study") != study.study_name:
+            continue
+        if owner_alive(record) is not False:
+            continue
+        try:
+            trial = storage.get_trial(int(record["trial_id"]))
+        except (KeyError, ValueError):
+            trial = None
+        if trial is not None and trial.state == TrialState.RUNNING:
+            try:
+                storage.set_trial_user_attr(trial._trial_id, "failure_kind", FailureKind.WORKER_DIED.value)
+                storage.set_trial_user_attr(trial._trial_id, "failure_message",
+                                            "the worker running it died; failed when it restarted")
+                changed = storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                changed = False  # the heartbeat check of another worker got there first
+            if changed:
+                failed.append(trial.number)
+                if callback is not None:
+                    callback(study, copy.deepcopy(storage.get_trial(trial._trial_id)))
+        write_record(path, {**record, "done": True})
+    return failed

@@ -1,0 +1,102 @@
+"""`tuner confirm`: the best trials re-measured on fresh servers; a lucky single measurement must not win.
+
+The simulator draws its speed noise once per server start. To make "the first ranking was decided by luck"
+certain instead of likely, the test's own profile first gives triton attention a speed it does not really have
+(the lucky draw), the study runs, then the profile file is corrected before `confirm` starts its servers (every
+start reads the profile again). With the real speeds fa3 > flashinfer > triton, well apart compared with the
+profile's 2 % per-start noise, the medians of three fresh starts put the baseline (fa3) first.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import yaml
+
+LUCKY_SPACE = """
+name: lucky
+server:
+  model-path: /models/lucky
+  startup-timeout: 30
+  stall-timeout: 5
+params:
+  attention-backend: {type: categorical, choices: [fa3, flashinfer, triton]}
+baseline: {attention-backend: fa3}
+gate:
+  max-new-tokens: 8
+  request-timeout: 10
+probe:
+  concurrency: [8]
+  requests: 16
+  input-len: 512
+  output-len: 32
+  warmup: 0
+  request-timeout: 10
+"""
+# Real time: the throughputs are the simulated server's, not those of a machine racing through sleeps.
+# (`confirm` does not apply the run's default TUNER_SIM_TIME_SCALE, so it is set for both.)
+REAL_TIME = {"TUNER_SIM_TIME_SCALE": "1"}
+
+
+def _profile(path: Path, triton_speed: float) -> None:
+    """Llama 8B on one H200 made attention-bound (small weights, large KV), so that the backend decides speed."""
+    import tuner.sim
+
+    p = yaml.safe_load((Path(tuner.sim.__file__).parent / "profiles" / "llama3-8b-h200.yaml").read_text())
+    p["name"] = "lucky"
+    p["startup"] = {k: 0 for k in p["startup"]}
+    p["noise"]["relative"] = 0.02  # fresh per start: TUNER_SIM_SEED is not set
+    p["model"]["weight_gb_sharded"] = 1.0
+    p["model"]["kv_bytes_per_token_per_layer"] = {"bfloat16": 65536}
+    p["model"]["attn_flops_per_token_ctx"] = 524288 * 20
+    p["performance"]["attention_backends"].update({"fa3": 1.0, "flashinfer": 0.8, "triton": triton_speed})
+    path.write_text(yaml.safe_dump(p))
+
+
+def test_confirm_reranks_a_lucky_first_measurement_and_export_prefers_the_confirmed(tuner):
+    profile = tuner.folder / "lucky.yaml"
+    _profile(profile, triton_speed=2.0)  # the lucky draw
+    space = tuner.space(LUCKY_SPACE)
+    run = ("run", "--space", str(space), "--simulate", str(profile))
+    done = tuner.run(*run, "--trials", "1", env=REAL_TIME)
+    assert done.returncode == 0, done.stderr[-3000:]
+    study = tuner.study("lucky")
+    study.enqueue_trial({"attention-backend": "flashinfer"})
+    study.enqueue_trial({"attention-backend": "triton"})
+    done = tuner.run(*run, "--trials", "3", env=REAL_TIME)
+    assert done.returncode == 0, done.stderr[-3000:]
+    trials = tuner.study("lucky").get_trials()
+    assert [t.params["attention-backend"] for t in trials] == ["fa3", "flashinfer", "triton"]
+    assert all(t.user_attrs["feasible"] for t in trials)
+    single = max(trials, key=lambda t: t.value)
+    assert single.params["attention-backend"] == "triton", [(t.number, t.value) for t in trials]
+
+    _profile(profile, triton_speed=0.6)  # what triton really does
+    done = tuner.run("confirm", "--top", "3", "--repeats", "3", env=REAL_TIME)
+    assert done.returncode == 0, done.stderr[-3000:]
+    study = tuner.study("lucky")
+    confirmations = study.user_attrs["confirmations"]
+    assert sorted(confirmations) == ["0", "1", "2"]
+    for number, c in confirmations.items():
+        assert len(c["values"]) == 3 and c["failures"] == [], (number, c)
+        assert c["median"] == statistics.median(c["values"])
+    best_median = max(confirmations, key=lambda n: confirmations[n]["median"])
+    winner = study.user_attrs["confirmed_winner"]
+    assert winner == int(best_median)
+    assert winner != single.number, "the lucky trial kept its place"
+    assert trials[winner].params["attention-backend"] == "fa3"
+    assert f"confirmed winner: trial {winner} (export prefers it)" in done.stderr
+    # Nine fresh servers, each in its own folder, none left running.
+    assert len(list((tuner.folder / "runs" / "lucky").glob("confirm-*-*"))) == 9
+    assert tuner.leftovers() == {}
+
+    done = tuner.run("export", "--out", "best.yaml")
+    assert done.returncode == 0, done.stderr
+    assert f"wrote best.yaml (trial {winner})" in done.stderr
+    text = (tuner.folder / "best.yaml").read_text()
+    assert text.startswith(f"# Best configuration of study 'lucky': trial {winner} (confirmed by re-measurement)")
+    assert yaml.safe_load(text)["attention-backend"] == "fa3"
+    record = json.loads(tuner.run("export", "--format", "json").stdout)
+    assert record["number"] == winner and record["confirmed"] is True
