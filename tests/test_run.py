@@ -28,7 +28,11 @@ def test_glm5_twin_study_prunes_nan_backends_and_ends_with_trtllm(tuner):
     for t in nsa:
         assert t.state == TrialState.PRUNED
         assert t.user_attrs["failure_kind"] in ("nan", "garbage", "graph_capture_failed"), t.user_attrs
-    assert any(t.user_attrs["failure_kind"] in ("nan", "garbage") for t in nsa)
+    # With graphs on they crash at capture first; NaN shows where graphs are off, and in other backends.
+    assert any(t.user_attrs["failure_kind"] == "nan" for t in trials)
+    for t in nsa:
+        if t.params["disable-cuda-graph"]:
+            assert t.user_attrs["failure_kind"] in ("nan", "garbage"), t.user_attrs
     best = max((t for t in trials if t.user_attrs.get("feasible")), key=lambda t: t.value)
     assert best.params["attention-backend"] == "trtllm_mla"
     assert study.best_trial.number == best.number
