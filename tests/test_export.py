@@ -390,15 +390,20 @@ def test_two_objectives_export_the_front_member_with_the_best_first_objective(tu
     assert config != yaml.safe_load((tuner.folder / "best.yaml").read_text())
 
 
-@pytest.mark.xfail(strict=True, reason="export writes deprecated store-true flags (0.5.23 --disable-cuda-graph) "
-                   "into the YAML, and SGLang 0.5.23's --config refuses them: see the report of this part")
-def test_0523_deprecated_boolean_flag_still_loads(tuner, merger_class):
+def test_0523_deprecated_boolean_flag_goes_on_the_launch_line(tuner, merger_class):
+    """SGLang 0.5.23's --config refuses deprecated booleans (--disable-cuda-graph); the exported launch line
+    carries them instead, and the file plus that line parse to what the trial ran."""
     space = tuner.space(FAULT_SPACE.replace("  stall-timeout: 3\n",
                                             "  stall-timeout: 3\n  fixed: {disable-cuda-graph: true}\n"))
     done = tuner.run("run", "--trials", "1", "--space", str(space), "--simulate", "instant")
     assert done.returncode == 0, done.stderr[-3000:]
     done = tuner.run("export", "--out", "best.yaml")
     assert done.returncode == 0, done.stderr
+    text = (tuner.folder / "best.yaml").read_text()
+    assert "disable-cuda-graph" not in yaml.safe_load(text)
+    launch = shlex.split(next(line for line in text.splitlines() if line.startswith("# Launch: ")).removeprefix("# Launch: "))
+    args = [str(tuner.folder / "best.yaml") if a == "THIS_FILE" else a for a in launch[launch.index("--config"):]]
     parser = build_parser(SGLANG)
-    _, namespace = _merged(merger_class, parser, tuner.folder / "best.yaml")
+    namespace = parser.parse_args(merger_class(parser=parser).merge_config_with_args(args))
     assert namespace.disable_cuda_graph is True
+    assert namespace.host == "127.0.0.1"

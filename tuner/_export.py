@@ -32,11 +32,14 @@ def render(study: optuna.Study, trial: optuna.trial.FrozenTrial, fmt: str) -> st
     if fmt == "cmd":
         argv = [*engine.display_command, engine.model_flag, model, *flag_argv(flags)]
         return " ".join([f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())] + [shlex.join(argv)]) + "\n"
-    body = yaml.safe_dump(engine.config_file(flags, model), sort_keys=False, default_flow_style=False)
-    return _header(study, trial, env, engine) + body
+    launch_line = {k: v for k, v in flags.items() if k in engine.launch_line_flags}
+    in_file = {k: v for k, v in flags.items() if k not in launch_line}
+    body = yaml.safe_dump(engine.config_file(in_file, model), sort_keys=False, default_flow_style=False)
+    return _header(study, trial, env, engine, flag_argv(launch_line)) + body
 
 
-def _header(study: optuna.Study, trial: optuna.trial.FrozenTrial, env: dict[str, str], engine) -> str:
+def _header(study: optuna.Study, trial: optuna.trial.FrozenTrial, env: dict[str, str], engine,
+            launch_argv: list[str]) -> str:
     a = trial.user_attrs
     confirmed = study.user_attrs.get(CONFIRMED_ATTR) == trial.number
     metrics = ", ".join(f"{k} {a[k]:.1f}" for k in ("output_throughput", "total_throughput", "p99_ttft_ms",
@@ -52,7 +55,10 @@ def _header(study: optuna.Study, trial: optuna.trial.FrozenTrial, env: dict[str,
     if env:
         lines += ["", "Environment this configuration needs (a --config file cannot set it):"]
         lines += [f"  export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
-    lines += ["", f"Launch: {' '.join(engine.display_command)} --config THIS_FILE --host 127.0.0.1 --port 30000"]
+    launch = [*engine.display_command, "--config", "THIS_FILE", *launch_argv, "--host", "127.0.0.1", "--port", "30000"]
+    if launch_argv:
+        lines += ["", f"{' '.join(launch_argv)} must stay on the command line: SGLang's --config refuses it"]
+    lines += ["", f"Launch: {shlex.join(launch)}"]
     return "".join(f"# {line}\n" if line else "#\n" for line in lines)
 
 

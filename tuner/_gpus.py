@@ -30,16 +30,21 @@ class GpuProbe:
             import pynvml  # nvidia-ml-py
 
             pynvml.nvmlInit()
-            self._nvml = pynvml
-            self.backend = "nvml"
-            return
+            if pynvml.nvmlDeviceGetCount() > 0:
+                self._nvml = pynvml
+                self.backend = "nvml"
+                return
+            self.reason = "NVML sees no GPU"
         except Exception as exc:  # no library, no driver, or no GPU: try the next way
             self.reason = f"NVML unavailable ({type(exc).__name__}: {exc})"
         try:
             import torch
 
             if torch.cuda.is_available():
+                # Note: reading memory through torch opens a CUDA context (some hundred MiB) on every GPU
+                # it reads, in the tuner's own process; install nvidia-ml-py to avoid that.
                 self.backend = "torch"
+                self.reason = self.reason + "; using torch instead"
                 return
             self.reason += "; torch sees no CUDA device"
         except Exception as exc:
@@ -64,6 +69,12 @@ class GpuProbe:
         name = self._nvml.nvmlDeviceGetName(h)
         mem = self._nvml.nvmlDeviceGetMemoryInfo(h)
         return GPU(i, name.decode() if isinstance(name, bytes) else name, mem.total >> 20, mem.used >> 20)
+
+    def describe(self) -> str:
+        if self.backend == "none":
+            return f"no GPU visible: {self.reason}"
+        return f"{self.backend}: " + ", ".join(f"{g.index} {g.name} {g.memory_used_mib}/{g.memory_total_mib} MiB"
+                                              for g in self.gpus())
 
     def used_mib(self, indices: Iterable[int]) -> dict[int, int]:
         by_index = {g.index: g.memory_used_mib for g in self.gpus()}
@@ -94,9 +105,11 @@ class MemoryBaseline:
 def parse_gpu_list(text: str) -> tuple[int, ...]:
     """'0-3,6' -> (0, 1, 2, 3, 6)."""
     out: list[int] = []
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) > 1 and not all(parts):
+        raise UsageError(f"--gpus {text!r} has an empty item", "write e.g. --gpus 0-7 or --gpus 0,1")
     try:
-        for part in text.split(","):
-            part = part.strip()
+        for part in parts:
             if "-" in part:
                 lo, hi = (int(x) for x in part.split("-", 1))
                 if lo > hi:
@@ -109,3 +122,18 @@ def parse_gpu_list(text: str) -> tuple[int, ...]:
     if not out or len(set(out)) != len(out) or min(out) < 0:
         raise UsageError(f"--gpus {text!r} is empty, repeats a GPU or is negative", "write e.g. --gpus 0-7")
     return tuple(out)
+
+
+def check_gpu_ids(probe: GpuProbe, gpu_ids: Sequence[int]) -> None:
+    """Refuse GPU ids the host does not have (where the probe can tell)."""
+    if probe.backend == "none":
+        return
+    present = {g.index for g in probe.gpus()}
+    missing = [i for i in gpu_ids if i not in present]
+    if missing:
+        raise UsageError(f"--gpus names GPU(s) {missing}, but this host has {sorted(present)}",
+                         f"write e.g. --gpus {_span(sorted(present))}" if present else "check nvidia-smi")
+
+
+def _span(ids: list[int]) -> str:
+    return str(ids[0]) if len(ids) == 1 else f"{ids[0]}-{ids[-1]}"

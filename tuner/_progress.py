@@ -73,19 +73,19 @@ def summary(study: optuna.Study, spec: Spec, top: int = 5) -> str:
     if feasible:
         lines.append(f"{'trial':>5}  {metric:>18}  {'p99_ttft_ms':>11}  {'p99_itl_ms':>10}  flags")
         for t in feasible[:top]:
-            flags = " ".join(f"{k}={v}" for k, v in t.params.items())
+            flags = " ".join(f"{k}={format_value(v)}" for k, v in t.params.items())
             lines.append(f"{t.number:>5}  {t.user_attrs.get(metric, 0):>18.1f}  {t.user_attrs.get('p99_ttft_ms', 0):>11.0f}"
                          f"  {t.user_attrs.get('p99_itl_ms', 0):>10.1f}  {flags}")
     return "\n".join(lines)
 
 
 def table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
-    cells = [list(map(str, header))] + [[_fmt(c) for c in row] for row in rows]
+    cells = [list(map(str, header))] + [[format_value(c) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells)
 
 
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
+def format_value(value: Any) -> str:
+    if isinstance(value, float):  # also drops the float noise of stepped parameters (0.9000000000000001)
         return f"{value:.4g}" if abs(value) < 100 else f"{value:.1f}"
     return "-" if value is None else str(value)

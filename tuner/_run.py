@@ -17,7 +17,7 @@ from optuna.trial import TrialState
 
 from ._check import CheckReport, check_flags, parse_help, raise_on_errors, server_help
 from ._errors import UsageError
-from ._gpus import GpuProbe, MemoryBaseline, parse_gpu_list
+from ._gpus import GpuProbe, MemoryBaseline, check_gpu_ids, parse_gpu_list
 from ._slots import SlotPool
 from ._progress import Progress, summary
 from ._redact import Redactor
@@ -289,6 +289,7 @@ def _slots(options: RunOptions, spec: Spec, engine, progress: Progress):
         if probe.backend == "none":
             progress.say(f"warning: no GPU visible ({probe.reason}); GPU memory is not checked between trials")
         else:
+            check_gpu_ids(probe, gpu_ids)
             baseline = MemoryBaseline(probe, gpu_ids)
             settled = baseline.settled
     progress.say(f"GPU slots: {len(gpu_ids)} GPUs {list(gpu_ids)}, up to {n_jobs} trials at once "

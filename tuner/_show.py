@@ -6,7 +6,7 @@ from collections import Counter, defaultdict
 
 from optuna.trial import FrozenTrial
 
-from ._progress import table
+from ._progress import format_value, table
 from ._results import load_study
 
 
@@ -50,7 +50,7 @@ def failure_breakdown(trials: list[FrozenTrial]) -> str:
         return "failures: none"
     lines = ["failures:"]
     for kind, ts in sorted(by_kind.items(), key=lambda kv: -len(kv[1])):
-        counts = Counter((k, repr(v)) for t in ts for k, v in t.params.items())
+        counts = Counter((k, format_value(v)) for t in ts for k, v in t.params.items())
         common = [f"{k}={v} ({n}/{len(ts)})" for (k, v), n in counts.most_common(4) if n > len(ts) / 2]
         lines.append(f"  {kind}: {len(ts)} trial(s)" + (f"; mostly with {', '.join(common)}" if common else ""))
     return "\n".join(lines)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from decimal import Decimal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +43,13 @@ class Param:
     def sampled(self) -> bool:
         return self.type != "list"
 
+    def tidy(self, value: Any) -> Any:
+        """A float on a step grid, without the float noise of low + k * step (0.9000000000000001 -> 0.9)."""
+        if self.type != "float" or not self.step or not isinstance(value, float):
+            return value
+        decimals = max(-Decimal(repr(x)).as_tuple().exponent for x in (self.step, self.low, 1))
+        return round(value, decimals)
+
     def contains(self, value: Any) -> bool:
         if self.type == "categorical":
             return value in self.choices
@@ -66,7 +74,7 @@ class Param:
             return [False, True]
         if self.step:
             n = int(round((self.high - self.low) / self.step))
-            vals = [self.low + i * self.step for i in range(n + 1)]
+            vals = [self.tidy(self.low + i * self.step) for i in range(n + 1)]
         elif self.type == "int" and self.high - self.low <= dense:
             vals = list(range(int(self.low), int(self.high) + 1))
         elif self.log:
@@ -153,7 +161,7 @@ class Space:
                 values[name] = trial.suggest_int(name, low=int(p.low), high=int(p.high),
                                                  step=int(p.step or 1), log=p.log)
             else:
-                values[name] = trial.suggest_float(name, low=p.low, high=p.high, step=p.step, log=p.log)
+                values[name] = p.tidy(trial.suggest_float(name, low=p.low, high=p.high, step=p.step, log=p.log))
         return values
 
     def random_sample(self, rng: random.Random) -> dict[str, Any]:
@@ -243,7 +251,7 @@ class Space:
                     continue
                 value: Any = [v for v in p.values if v <= top]
             elif name in values:
-                value = values[name]
+                value = p.tidy(values[name])
             else:
                 continue
             if p.env:

@@ -6,6 +6,7 @@ import functools
 import hashlib
 import logging
 import os
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -116,15 +117,24 @@ _RETRIED = (
     "set_trial_intermediate_value", "set_trial_user_attr", "set_trial_system_attr", "get_trial_user_attrs",
     "get_trial_system_attrs", "get_trial_id_from_study_id_trial_number", "get_trial", "get_all_trials",
     "get_best_trial", "record_heartbeat", "_get_stale_trial_ids",
+    # What Optuna's _CachedStorage (the wrapper every Study uses) calls on its backend directly.
+    "_create_new_trial", "_get_best_trial_id", "_get_trials", "_set_trial_param",
 )
+_inside = threading.local()  # a retried call that calls another: only the outer one retries
 
 
 def _retried(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     def call(self: RDBStorage, *args: Any, **kwargs: Any) -> Any:
-        for attempt in retrying(name):
-            with attempt:
-                return method(self, *args, **kwargs)
+        if getattr(_inside, "depth", 0):
+            return method(self, *args, **kwargs)
+        _inside.depth = 1
+        try:
+            for attempt in retrying(name):
+                with attempt:
+                    return method(self, *args, **kwargs)
+        finally:
+            _inside.depth = 0
     return call
 
 
@@ -208,7 +218,9 @@ def open_storage(url: str, heartbeat: bool = True) -> optuna.storages.RDBStorage
                                          reraise=True):
             with attempt:
                 storage = RetryingRDBStorage(url, engine_kwargs=engine_kwargs, **kwargs)
-                if url.startswith("sqlite"):
+                if url.startswith("sqlite") and heartbeat:
+                    # Workers only: readers (show, export, dashboard) keep plain reads, which also work
+                    # on a read-only file.
                     _serialise_sqlite(storage.engine)
                 return storage
     except (sqlalchemy.exc.ArgumentError, sqlalchemy.exc.NoSuchModuleError) as exc:

@@ -171,6 +171,13 @@ class Worker:
         write_record(record, owner)
         try:
             return self._objective(trial)
+        except (KeyboardInterrupt, Interrupted):
+            # Wherever the interrupt found it (waiting for GPUs or for a twin configuration, or in a
+            # stage): not the configuration's fault, and run again on resume.
+            if trial.user_attrs.get("failure_kind") != FailureKind.INTERRUPTED.value:
+                trial.set_user_attr("failure_kind", FailureKind.INTERRUPTED.value)
+                trial.set_user_attr("ended_at", time.time())
+            raise
         finally:
             write_record(record, {**owner, "done": True})
 

@@ -58,6 +58,8 @@ class Engine:
     gpu_flags: tuple[str, ...] = ()
     display_command: tuple[str, ...] = ()  # how a person launches it, for exported commands
     model_flag: str = "--model-path"
+    # Flags an exported --config file cannot carry; export puts them on the launch line instead.
+    launch_line_flags: frozenset[str] = frozenset()
 
     # -- launching ---------------------------------------------------------------------------------
     def argv(self, command: Sequence[str], model_path: str, host: str, port: int,

@@ -34,6 +34,9 @@ class SGLang(Engine):
             fatal_patterns=SGLANG_FATAL,
             gpu_flags=("tp-size", "tensor-parallel-size", "pp-size", "dp-size"),
             display_command=("python", "-m", "sglang.launch_server"),
+            # Deprecated booleans since 0.5.18: the command line still takes them (with a warning), but
+            # the --config parser of 0.5.23 refuses a DeprecatedStoreTrueAction option outright.
+            launch_line_flags=frozenset({"disable-cuda-graph", "enable-dp-attention"}),
         )
 
     def gpus_needed(self, flags: Mapping[str, Any]) -> int:
