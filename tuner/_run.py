@@ -276,16 +276,21 @@ def _interrupts_cancel(cancel: threading.Event) -> Iterator[None]:
 
 def _slots(options: RunOptions, spec: Spec, engine, progress: Progress):
     """GPU slots and how many trials run at once."""
-    if options.gpus is None:
+    probe = None if options.simulate else GpuProbe()
+    gpus_text = options.gpus
+    if gpus_text is None and probe is not None:
+        gpus_text = _detected_gpus(probe)
+        if gpus_text is not None:
+            progress.say(f"GPUs detected: {gpus_text} (--gpus picks others)")
+    if gpus_text is None:
         if options.parallel not in (None, 1):
             raise UsageError("--parallel needs --gpus", "pass --gpus 0-7 (the GPUs the trials may use)")
         return None, 1, None
-    gpu_ids = parse_gpu_list(options.gpus)
+    gpu_ids = parse_gpu_list(gpus_text)
     smallest = _fewest_gpus(spec, engine)
     n_jobs = options.parallel or max(1, len(gpu_ids) // smallest)
     settled = None
-    if not options.simulate:
-        probe = GpuProbe()
+    if probe is not None:
         if probe.backend == "none":
             progress.say(f"warning: no GPU visible ({probe.reason}); GPU memory is not checked between trials")
         else:
@@ -295,6 +300,18 @@ def _slots(options: RunOptions, spec: Spec, engine, progress: Progress):
     progress.say(f"GPU slots: {len(gpu_ids)} GPUs {list(gpu_ids)}, up to {n_jobs} trials at once "
                  f"(smallest configuration needs {smallest})")
     return SlotPool(gpu_ids, settled=settled), n_jobs, settled
+
+
+def _detected_gpus(probe: GpuProbe) -> str | None:
+    """The GPUs to use without --gpus: those CUDA_VISIBLE_DEVICES names (when given as indices), else all
+    that NVML or torch sees; None without a GPU."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        parts = [p.strip() for p in visible.split(",") if p.strip()]
+        return ",".join(parts) if parts and all(p.isdigit() for p in parts) else None
+    if probe.backend == "none":
+        return None
+    return ",".join(str(g.index) for g in probe.gpus()) or None
 
 
 def _fewest_gpus(spec: Spec, engine) -> int:

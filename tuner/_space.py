@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._errors import SpaceError
+from ._redact import redact_env, redact_flags
 from ._schema import Section, check_type, did_you_mean
 
 PARAM_TYPES = ("categorical", "int", "float", "bool", "list")
@@ -112,9 +113,10 @@ class ServerConfig:
     env: Mapping[str, str]
 
     def key(self) -> str:
-        """Canonical identity: two samples that launch the same server share it."""
-        return json.dumps({"flags": dict(sorted(self.flags.items())), "env": dict(sorted(self.env.items()))},
-                          sort_keys=True, default=str)
+        """Canonical identity: two samples that launch the same server share it. It is recorded, so secret
+        values are masked: a token does not change what a configuration measures."""
+        return json.dumps({"flags": redact_flags(dict(sorted(self.flags.items()))),
+                           "env": redact_env(dict(sorted(self.env.items())))}, sort_keys=True, default=str)
 
 
 class Space:

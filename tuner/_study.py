@@ -19,6 +19,7 @@ from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
 from ._errors import StorageError, StudyMismatchError, UsageError
+from ._redact import Redactor
 from ._spec import Spec
 
 # Heartbeats, the retry callback and metric names are marked experimental; they are what we rely on.
@@ -342,7 +343,8 @@ def _initialise(study: optuna.Study, spec: Spec, sampler_name: str) -> None:
     for point in spec.try_first:
         study.enqueue_trial(dict(point), user_attrs={"try_first": True}, skip_if_exists=True)
     study.set_user_attr("space_name", spec.name)
-    study.set_user_attr("space_source", spec.source)
+    # The space file as written, for the dashboard and `show`; a secret it sets for the server is masked.
+    study.set_user_attr("space_source", Redactor(spec.server.env)(spec.source))
     study.set_user_attr("engine", spec.engine)
     study.set_user_attr("sampler", sampler_name)
     study.set_metric_names(spec.objective.names)

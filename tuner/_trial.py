@@ -88,6 +88,8 @@ def run_trial(ctx: TrialContext, plan: TrialPlan) -> TrialResult:
     env = {**ctx.base_env, **plan.config.env}
     if plan.gpu_ids is not None:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, plan.gpu_ids))
+        # The slot's GPU numbers are NVML's, which count by PCI bus; CUDA counts fastest first unless told.
+        env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     headers = {"Authorization": f"Bearer {ctx.api_key}"} if ctx.api_key else {}
     server: ServerProcess | None = None
 
