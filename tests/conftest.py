@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -16,27 +17,38 @@ from tuner._procs import group_members
 
 REPO = Path(__file__).resolve().parent.parent
 
-# A trial of the instant profile takes about a second: start-up, gate and probe cost nothing.
-FAULT_SPACE = """
-name: faults
+STEPPED = "  schedule-conservativeness: {type: float, low: 0.1, high: 2.0, step: 0.01}\n"
+
+
+def instant_space(name: str, *, params: str = STEPPED, baseline: str = "{schedule-conservativeness: 1.0}",
+                  model: str = "/models/instant", server: str = "", stall_timeout: float = 3,
+                  concurrency: int = 40, requests: int = 80, input_len: int = 16, output_len: int = 24,
+                  probe_timeout: float = 5, extra: str = "") -> str:
+    """A space file for the simulator. `params`, `server` (more lines of the server section) and `extra`
+    (more sections) are YAML lines as they stand in the file."""
+    return f"""
+name: {name}
 server:
-  model-path: /models/instant
+  model-path: {model}
   startup-timeout: 30
-  stall-timeout: 3
-params:
-  schedule-conservativeness: {type: float, low: 0.1, high: 2.0, step: 0.01}
-baseline: {schedule-conservativeness: 1.0}
+  stall-timeout: {stall_timeout}
+{server}params:
+{params}baseline: {baseline}
 gate:
   max-new-tokens: 8
   request-timeout: 10
 probe:
-  concurrency: [40]
-  requests: 80
-  input-len: 16
-  output-len: 24
+  concurrency: [{concurrency}]
+  requests: {requests}
+  input-len: {input_len}
+  output-len: {output_len}
   warmup: 0
-  request-timeout: 5
-"""
+  request-timeout: {probe_timeout}
+{extra}"""
+
+
+# A trial of the instant profile takes about a second: start-up, gate and probe cost nothing.
+FAULT_SPACE = instant_space("faults")
 
 
 class Tuner:
@@ -75,6 +87,14 @@ class Tuner:
     def server_records(self) -> list[dict]:
         return [json.loads(p.read_text()) for p in sorted((self.folder / "runs").glob("**/server.json"))]
 
+    def end_leftovers(self) -> None:
+        """Never let a failed test leave a server behind for the next one."""
+        for pgid in self.leftovers():
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
     def leftovers(self) -> dict[int, list[int]]:
         """Process groups of servers the tuner recorded that still have live members."""
         out = {}
@@ -91,11 +111,4 @@ def tuner(tmp_path: Path):
     try:
         yield t
     finally:
-        # Never let a failed test leave a server behind for the next one.
-        import signal
-
-        for pgid in t.leftovers():
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        t.end_leftovers()

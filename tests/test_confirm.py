@@ -15,26 +15,12 @@ from pathlib import Path
 
 import yaml
 
-LUCKY_SPACE = """
-name: lucky
-server:
-  model-path: /models/lucky
-  startup-timeout: 30
-  stall-timeout: 5
-params:
-  attention-backend: {type: categorical, choices: [fa3, flashinfer, triton]}
-baseline: {attention-backend: fa3}
-gate:
-  max-new-tokens: 8
-  request-timeout: 10
-probe:
-  concurrency: [8]
-  requests: 16
-  input-len: 512
-  output-len: 32
-  warmup: 0
-  request-timeout: 10
-"""
+from conftest import instant_space
+
+LUCKY_SPACE = instant_space("lucky", model="/models/lucky", stall_timeout=5, probe_timeout=10,
+                            params="  attention-backend: {type: categorical, choices: [fa3, flashinfer, triton]}\n",
+                            baseline="{attention-backend: fa3}", concurrency=8, requests=16, input_len=512,
+                            output_len=32)
 # Real time: the throughputs are the simulated server's, not those of a machine racing through sleeps.
 # (`confirm` does not apply the run's default TUNER_SIM_TIME_SCALE, so it is set for both.)
 REAL_TIME = {"TUNER_SIM_TIME_SCALE": "1"}

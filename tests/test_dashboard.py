@@ -31,11 +31,7 @@ def study_folder(tmp_path_factory):
         assert done.returncode == 0, done.stderr[-3000:]
         yield t
     finally:
-        for pgid in t.leftovers():
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        t.end_leftovers()
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +113,7 @@ def test_every_trial_shows_outcome_metrics_note_and_log(study_folder, dashboard)
             assert attrs["failure_stage"] == "probe"
         # The note: what was tried and what happened, readable without the attrs table.
         body = trial["note"]["body"]
-        value = t.params["schedule-conservativeness"]
+        value = t.user_attrs["flags"]["schedule-conservativeness"]  # what was launched: on the step grid
         assert f"`schedule-conservativeness={value}`" in body
         if feasible:
             assert body.startswith(f"### Trial {t.number}: feasible")

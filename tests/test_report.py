@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import html
-import os
 import re
-import signal
 
 import optuna
 import pytest
@@ -15,14 +13,6 @@ from tuner._show import failure_breakdown
 
 PNG = b"\x89PNG\r\n\x1a\n"
 IMAGES = ("history.png", "pareto.png", "importance.png", "stages.png", "failures.png")
-
-
-def _cleanup(t: Tuner) -> None:
-    for pgid in t.leftovers():
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +32,7 @@ def mixed(tmp_path_factory):
             [tr.user_attrs.get("failure_kind") for tr in trials]
         yield t
     finally:
-        _cleanup(t)
+        t.end_leftovers()
 
 
 def _png_size(path) -> tuple[int, int]:

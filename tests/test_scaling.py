@@ -24,7 +24,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from conftest import REPO
+from conftest import REPO, instant_space
 from tuner._procs import group_members, start_time
 from tuner._teardown import boot_id, end_orphans, this_worker, write_record
 
@@ -33,49 +33,11 @@ FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 FAST_HEARTBEAT = {"TUNER_HEARTBEAT_INTERVAL": "1", "TUNER_GRACE_PERIOD": "3"}
 
 # Four points only, so that workers keep proposing configurations another worker is already running.
-FEW_POINTS = """
-name: scale
-server:
-  model-path: /models/instant
-  startup-timeout: 30
-  stall-timeout: 5
-params:
-  schedule-conservativeness: {type: float, low: 0.5, high: 1.25, step: 0.25}
-baseline: {schedule-conservativeness: 1.0}
-gate:
-  max-new-tokens: 8
-  request-timeout: 10
-probe:
-  concurrency: [40]
-  requests: 80
-  input-len: 16
-  output-len: 24
-  warmup: 0
-  request-timeout: 10
-"""
+FEW_POINTS = instant_space("scale", stall_timeout=5, probe_timeout=10, params=(
+    "  schedule-conservativeness: {type: float, low: 0.5, high: 1.25, step: 0.25}\n"))
 
 # Every configuration needs two GPUs (tp 2): on 8 emulated GPUs, four trials at once.
-TP2 = """
-name: slots
-server:
-  model-path: /models/instant
-  startup-timeout: 30
-  stall-timeout: 5
-  fixed: {tp-size: 2}
-params:
-  schedule-conservativeness: {type: float, low: 0.1, high: 2.0, step: 0.01}
-baseline: {schedule-conservativeness: 1.0}
-gate:
-  max-new-tokens: 8
-  request-timeout: 10
-probe:
-  concurrency: [40]
-  requests: 80
-  input-len: 16
-  output-len: 24
-  warmup: 0
-  request-timeout: 10
-"""
+TP2 = instant_space("slots", stall_timeout=5, probe_timeout=10, server="  fixed: {tp-size: 2}\n")
 
 
 # -- fixtures and helpers ---------------------------------------------------------------------------------

@@ -99,7 +99,7 @@ def note_markdown(result: TrialResult, attrs: Mapping[str, Any], feasible: bool)
     if result.overrides:
         lines.append("**Server changed:** " + ", ".join(f"`{k}`: asked {v['asked']}, got {v['got']}"
                                                        for k, v in result.overrides.items()))
-    lines.append(f"**Time:** " + ", ".join(f"{k} {v:.1f}s" for k, v in attrs["stage_seconds"].items()))
+    lines.append("**Time:** " + ", ".join(f"{k} {v:.1f}s" for k, v in attrs["stage_seconds"].items()))
     return "\n".join(lines)
 
 

@@ -282,7 +282,7 @@ class Space:
                 raise SpaceError(f"{path}.{name}", "is missing", f"give the value of '{name}'")
             if not active and name in point:
                 raise SpaceError(f"{path}.{name}", "is set but the parameter is inactive here "
-                                 f"(its 'when' does not hold)", f"remove '{name}' from {path}")
+                                 "(its 'when' does not hold)", f"remove '{name}' from {path}")
             if active and not p.contains(point[name]):
                 raise SpaceError(f"{path}.{name}", f"{point[name]!r} is outside the space",
                                  f"use a value allowed by params.{name}")
