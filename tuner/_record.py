@@ -77,30 +77,33 @@ def write_attrs(trial: optuna.Trial, attrs: Mapping[str, Any]) -> None:
 
 def note_markdown(result: TrialResult, attrs: Mapping[str, Any], feasible: bool) -> str:
     """A short note for the dashboard: what was tried, what happened, the log lines that prove it."""
-    lines = [f"### Trial {result.number}: " + ("feasible" if feasible else f"**infeasible** ({attrs['failure_kind']})"),
-             "", "**Tried:** " + ", ".join(f"`{k}={v}`" for k, v in sorted(attrs["flags"].items())) or "(defaults)"]
+    tried = ", ".join(f"`{k}={v}`" for k, v in sorted(attrs["flags"].items())) or "(defaults)"
+    blocks = [f"### Trial {result.number}: " + ("feasible" if feasible else f"**infeasible** ({attrs['failure_kind']})"),
+              f"**Tried:** {tried}"]
     if attrs.get("env"):
-        lines.append("**Env:** " + ", ".join(f"`{k}={v}`" for k, v in sorted(attrs["env"].items())))
+        blocks.append("**Env:** " + ", ".join(f"`{k}={v}`" for k, v in sorted(attrs["env"].items())))
     if "reused_from" in attrs:
-        lines.append(f"**Reused** the result of trial {attrs['reused_from']} (same server configuration).")
+        blocks.append(f"**Reused** the result of trial {attrs['reused_from']} (same server configuration).")
     if result.failure:
-        lines += ["", f"**What happened:** {result.failure.kind.value} in stage `{result.failure.stage}`: "
-                  f"{result.failure.message}"]
+        blocks.append(f"**What happened:** {result.failure.kind.value} in stage `{result.failure.stage}`: "
+                      f"{result.failure.message}")
         if result.failure.evidence:
-            lines += ["", "```", result.failure.evidence[-1500:], "```"]
+            blocks.append(f"```\n{result.failure.evidence[-1500:]}\n```")
     elif result.stopped_early:
-        lines += ["", "**What happened:** stopped early by the pruner (slower than earlier trials)."]
+        blocks.append("**What happened:** stopped early by the pruner (slower than earlier trials).")
     elif result.probe:
-        lines += ["", f"**What happened:** gate passed ({', '.join(attrs.get('gate_checks', []))}); "
-                  f"output {attrs.get('output_throughput', 0):.1f} tok/s, total {attrs.get('total_throughput', 0):.1f} "
-                  f"tok/s, p99 TTFT {attrs.get('p99_ttft_ms', 0):.0f} ms, p99 ITL {attrs.get('p99_itl_ms', 0):.1f} ms."]
+        blocks.append(f"**What happened:** gate passed ({', '.join(attrs.get('gate_checks', []))}); "
+                      f"output {attrs.get('output_throughput', 0):.1f} tok/s, total "
+                      f"{attrs.get('total_throughput', 0):.1f} tok/s, p99 TTFT {attrs.get('p99_ttft_ms', 0):.0f} ms, "
+                      f"p99 ITL {attrs.get('p99_itl_ms', 0):.1f} ms.")
         if attrs.get("slo_violations"):
-            lines.append(f"**SLO violated:** {', '.join(attrs['slo_violations'])}")
+            blocks.append(f"**SLO violated:** {', '.join(attrs['slo_violations'])}")
     if result.overrides:
-        lines.append("**Server changed:** " + ", ".join(f"`{k}`: asked {v['asked']}, got {v['got']}"
-                                                       for k, v in result.overrides.items()))
-    lines.append("**Time:** " + ", ".join(f"{k} {v:.1f}s" for k, v in attrs["stage_seconds"].items()))
-    return "\n".join(lines)
+        blocks.append("**Server changed:** " + ", ".join(f"`{k}`: asked {v['asked']}, got {v['got']}"
+                                                         for k, v in result.overrides.items()))
+    blocks.append("**Time:** " + ", ".join(f"{k} {v:.1f}s" for k, v in attrs["stage_seconds"].items()))
+    # Markdown joins lines of one paragraph: a blank line between blocks keeps each on its own.
+    return "\n\n".join(blocks)
 
 
 def save_note(trial: optuna.Trial, markdown: str) -> None:

@@ -13,7 +13,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -260,23 +260,13 @@ class Worker:
         attrs["feasible"] = feasible
         attrs["ended_at"] = time.time()
         write_attrs(trial, attrs)
-        trial.set_constraint(FEASIBILITY, 0.0 if feasible or result.stopped_early else 1.0)
+        trial.set_constraint(FEASIBILITY, feasibility_constraint(feasible, result.stopped_early))
         if feasible and extra.get("baseline") and result.gate is not None:
             trial.study.set_user_attr(REFERENCE_ATTR, dict(result.gate.reference))
         self._annotate(trial, result, attrs, feasible)
         self.on_trial_end(trial, attrs)
-        if values is not None:
-            return values if len(values) > 1 else values[0]
-        if result.stopped_early:
-            raise optuna.TrialPruned("stopped early by the pruner")
-        return self._infeasible(attrs)
-
-    def _infeasible(self, attrs: dict[str, Any]) -> float | list[float]:
-        if self.sampler_name == "gp":
-            # GPSampler reads COMPLETE trials only: a pessimistic value plus the violated constraint.
-            worst = [0.0 if d == "maximize" else 1e9 for d in self.spec.objective.directions]
-            return worst if len(worst) > 1 else worst[0]
-        raise optuna.TrialPruned(f"{attrs['failure_kind']}: {attrs.get('failure_message', '')}")
+        return objective_result(self.sampler_name, self.spec.objective.directions, values, result.stopped_early,
+                                f"{attrs['failure_kind']}: {attrs.get('failure_message', '')}")
 
     def _annotate(self, trial: optuna.Trial, result: TrialResult, attrs: dict[str, Any], feasible: bool) -> None:
         save_note(trial, self.redactor(note_markdown(result, attrs, feasible)))
@@ -317,11 +307,38 @@ class Worker:
         trial.set_user_attr("reused_from", prior.number)
         trial.set_user_attr("ended_at", time.time())
         feasible = bool(prior.user_attrs.get("feasible"))
-        trial.set_constraint(FEASIBILITY, 0.0 if feasible else 1.0)
+        # A twin of a trial the pruner stopped is as feasible as that trial was, not a failure.
+        stopped_early = bool(prior.user_attrs.get("stopped_early"))
+        trial.set_constraint(FEASIBILITY, feasibility_constraint(feasible, stopped_early))
         self.on_trial_end(trial, dict(trial.user_attrs))
         if prior.state == TrialState.COMPLETE and prior.values is not None:
             return prior.values if len(prior.values) > 1 else prior.values[0]
         raise optuna.TrialPruned(f"same configuration as trial {prior.number}")
+
+
+def feasibility_constraint(feasible: bool, stopped_early: bool) -> float:
+    """The trial's FEASIBILITY constraint (> 0: violated). A trial the pruner stopped was slower than others,
+    not broken, so it must not teach the sampler to avoid its region as if it had crashed."""
+    return 0.0 if feasible or stopped_early else 1.0
+
+
+def objective_result(sampler_name: str, directions: Sequence[str], values: list[float] | None,
+                     stopped_early: bool, reason: str) -> float | list[float]:
+    """What the objective hands Optuna for a finished trial: its value(s), or for a trial without any the
+    exception or value that gives it the state the sampler learns from.
+
+    Shared with benchmarks/search_efficiency.py, which drives the same samplers in-process.
+    """
+    if values is not None:
+        return values if len(values) > 1 else values[0]
+    if stopped_early:
+        raise optuna.TrialPruned("stopped early by the pruner")
+    if sampler_name == "gp":
+        # GPSampler reads COMPLETE trials only: a pessimistic value plus the violated constraint.
+        worst = [0.0 if d == "maximize" else 1e9 for d in directions]
+        return worst if len(worst) > 1 else worst[0]
+    # TPE and random search read PRUNED trials (FAIL would teach them nothing); the constraint marks it.
+    raise optuna.TrialPruned(reason)
 
 
 def owner_label() -> str:

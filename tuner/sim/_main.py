@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ._args import parse_argv
+from ._events import mark
 from ._faults import Faults, parse_faults
 from ._http import HttpRequest, HttpServer
 from ._log import SGLANG_ROOT, Log
@@ -49,6 +50,7 @@ def main(argv: list[str] | None = None) -> None:
     if faults.ignore_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if faults.slow_start_no_log > 0:
+        mark("silent_start")
         time.sleep(faults.slow_start_no_log)
     if profile.sglang_version != "0.5.6":
         print(f"{SGLANG_ROOT}/launch_server.py:72: UserWarning: 'python -m sglang.launch_server' is still "
@@ -129,6 +131,8 @@ async def _serve(profile: Profile, setup, values: dict[str, Any], faults: Faults
         from ._http import REASONS
         log.uvicorn(f'{request.client} - "{request.method} {request.target} {request.version}" {status} '
                     f'{REASONS.get(status, "")}')
+        if server.ready and request.method == "POST":
+            mark("first_response")  # a bad answer's moment: every response of a garbage/drift config is bad
 
     http = HttpServer(api, access_log=access)
     server.server = await asyncio.start_server(http.serve, sock=sock, limit=1 << 20)

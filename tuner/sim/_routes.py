@@ -10,6 +10,7 @@ from typing import Any, AsyncIterator
 
 from . import _openai
 from ._engine import Crash, _ILLEGAL_ACCESS
+from ._events import mark
 from ._http import HttpError, HttpRequest, Response, StreamingResponse, dumps, json_response
 from ._requests import GenRequest, Sampling
 from ._server import Group, SimServer
@@ -135,6 +136,7 @@ class Api:
         n = s.request_count
         if f.stop_answering_after is not None and n > f.stop_answering_after:
             s.frozen = True  # accept connections, never answer again; the process stays alive
+            mark("frozen")
             await s.forever.wait()
         if f.crash_after_requests is not None and n > f.crash_after_requests:
             for g in s.groups:
@@ -143,6 +145,7 @@ class Api:
         if f.response_delay > 0:
             await asyncio.sleep(f.response_delay)
         if f.http_500_rate > 0 and s.ready and self.rng.random() < f.http_500_rate:
+            mark("http_500")
             return Response(500, b"Internal Server Error", "text/plain; charset=utf-8")
         return None
 

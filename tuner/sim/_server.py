@@ -19,6 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 from ._engine import Crash, Scheduler
+from ._events import mark
 from ._faults import Faults
 from ._log import Log, scheduler_traceback
 from ._profile import Profile
@@ -136,6 +137,7 @@ class SimServer:
             self.log.main("Received sigquit from a child process. It usually means the child failed.")
         sys.stdout.flush()
         sys.stderr.flush()
+        mark("exit")
         # kill_process_tree(include_parent=True): the children first, then SIGKILL to itself. A child that
         # holds the port (the fault) is exactly the one that escaped this, so it is left alone.
         os.kill(os.getpid(), signal.SIGKILL)
@@ -202,6 +204,7 @@ class SimServer:
                       f"avail mem={before:.2f} GB")
         hang = self.faults.hang_at_capture or (failure is not None and failure.kind == "startup_timeout")
         if hang:
+            mark("hang")
             await self.forever.wait()
         oom_fault = self.faults.oom_at_capture
         if failure is not None and failure.stage == "capture" or oom_fault:
@@ -274,6 +277,7 @@ class SimServer:
         if step == self.last_nan_step:
             return
         self.last_nan_step = step
+        mark("nan")
         if self.nan_check_crash:
             sched.crash_pending = Crash("nan", "torch.AcceleratorError: CUDA error: device-side assert triggered\n"
                                                "Assertion `NaN detected! sampler: next_token_logits` failed.")

@@ -1,0 +1,24 @@
+"""Opt-in record of the moments a fault strikes, for benchmarks (benchmarks/failure_cost.py).
+
+With TUNER_SIM_EVENTS=<file> the simulator appends one JSON line per kind of event, the first time it happens
+in this process: {"event": ..., "t": <time.time()>, "pid": ...}. The server log's own timestamps have one-second
+resolution (SGLang's format), too coarse to time how quickly the tuner notices a fault.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+_seen: set[str] = set()
+
+
+def mark(event: str) -> None:
+    path = os.environ.get("TUNER_SIM_EVENTS")
+    if not path or event in _seen:
+        return
+    _seen.add(event)
+    # One short append per event: lines of several servers sharing the file do not interleave.
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps({"event": event, "t": time.time(), "pid": os.getpid()}) + "\n")
