@@ -14,6 +14,7 @@ import optuna
 
 from ._redact import Redactor, redact_env, redact_flags
 from ._spec import Spec
+from ._study import set_user_attrs
 from ._trial import TrialResult
 
 FEASIBILITY = "failure"  # constraint key: > 0 means the trial must not win
@@ -71,8 +72,7 @@ def _round(value: Any) -> Any:
 
 
 def write_attrs(trial: optuna.Trial, attrs: Mapping[str, Any]) -> None:
-    for key, value in attrs.items():
-        trial.set_user_attr(key, value)
+    set_user_attrs(trial, attrs)
 
 
 def note_markdown(result: TrialResult, attrs: Mapping[str, Any], feasible: bool) -> str:

@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import logging
 import os
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import optuna
+import sqlalchemy.dialects.postgresql
+import sqlalchemy.dialects.sqlite
 import sqlalchemy.exc
 import tenacity
 from optuna.storages import RDBStorage
+from optuna.storages._rdb.models import TrialModel, TrialUserAttributeModel
+from optuna.storages._rdb.storage import _create_scoped_session
 from optuna.trial import TrialState
 
 from ._errors import StorageError, StudyMismatchError, UsageError
@@ -163,8 +168,43 @@ class RetryingRDBStorage(RDBStorage):
         raise AssertionError("unreachable")
 
 
+    def set_trial_user_attrs(self, trial_id: int, attrs: Mapping[str, Any]) -> None:
+        """Many user attrs in one transaction: one commit (one fsync on SQLite, ~10 ms) instead of one per key,
+        which made recording a trial the largest part of the tuner's own time per trial."""
+        if not attrs:
+            return
+        model = TrialUserAttributeModel
+        insert = {"sqlite": sqlalchemy.dialects.sqlite.insert,
+                  "postgresql": sqlalchemy.dialects.postgresql.insert}.get(self.engine.name)
+        for attempt in retrying("set_trial_user_attrs"):
+            with attempt:
+                with _create_scoped_session(self.scoped_session, True) as session:
+                    if insert is None:
+                        for key, value in attrs.items():
+                            self._set_trial_attr_without_commit(session, model, trial_id, key, value)
+                    else:  # Optuna's own upsert of one attr, for all of them in one statement
+                        state = TrialModel.find_or_raise_by_id(trial_id, session).state
+                        self.check_trial_is_updatable(trial_id, state)
+                        rows = insert(model).values([{"trial_id": trial_id, "key": key, "value_json": json.dumps(value)}
+                                                     for key, value in attrs.items()])
+                        session.execute(rows.on_conflict_do_update(index_elements=[model.trial_id, model.key],
+                                                                   set_={"value_json": rows.excluded.value_json}))
+
+
 for _name in _RETRIED:
     setattr(RetryingRDBStorage, _name, _retried(_name, getattr(RDBStorage, _name)))
+
+
+def set_user_attrs(trial: optuna.Trial, attrs: Mapping[str, Any]) -> None:
+    """`trial.set_user_attr` for each of `attrs`, in one storage transaction where the storage allows."""
+    storage = trial.study._storage
+    backend = getattr(storage, "_backend", storage)  # a Study wraps its storage in Optuna's _CachedStorage
+    if not isinstance(backend, RetryingRDBStorage):
+        for key, value in attrs.items():
+            trial.set_user_attr(key, value)
+        return
+    backend.set_trial_user_attrs(trial._trial_id, attrs)
+    trial._cached_frozen_trial.user_attrs.update(attrs)  # what trial.set_user_attr keeps in step too
 
 
 def _schema_race(exc: BaseException) -> bool:
@@ -176,7 +216,7 @@ def _schema_race(exc: BaseException) -> bool:
 
 
 def _serialise_sqlite(engine: sqlalchemy.engine.Engine) -> None:
-    """Make every SQLite transaction take the write lock when it begins (BEGIN IMMEDIATE).
+    """Make every SQLite transaction take the write lock when it begins (BEGIN IMMEDIATE), in WAL mode.
 
     Python's sqlite3 driver starts a transaction only at the first write, so a read-then-write (Optuna
     popping a WAITING trial: read its state, then set RUNNING) is not atomic: two workers, or two threads
@@ -188,6 +228,11 @@ def _serialise_sqlite(engine: sqlalchemy.engine.Engine) -> None:
     @sqlalchemy.event.listens_for(engine, "connect")
     def _no_driver_transactions(dbapi_connection: Any, record: Any) -> None:
         dbapi_connection.isolation_level = None
+        # Write-ahead log: a commit costs one fsync of the log (~3 ms here) instead of the journal's
+        # several (~9 ms), and readers (the dashboard, `show`) no longer block the worker's writes.
+        # synchronous=FULL keeps every commit durable across a power loss, as before.
+        dbapi_connection.execute("PRAGMA journal_mode=WAL")
+        dbapi_connection.execute("PRAGMA synchronous=FULL")
 
     @sqlalchemy.event.listens_for(engine, "begin")
     def _begin_immediate(connection: Any) -> None:

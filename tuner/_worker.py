@@ -29,6 +29,7 @@ from ._redact import Redactor
 from ._slots import NotEnoughGpus, SlotPool
 from ._space import ServerConfig
 from ._spec import Spec
+from ._study import set_user_attrs
 from ._teardown import WORKER_RECORD, owner_alive, read_record, this_worker, write_record
 from ._trial import TrialContext, TrialPlan, TrialResult, run_trial
 
@@ -141,6 +142,53 @@ class TrialBudget:
             raise Surplus(f"the study's {self.total} trials are finished or running")
 
 
+class PrunerReports:
+    """The probe's intermediate throughput, reported to the pruner from a thread of its own.
+
+    The probe calls this from its event loop, where a storage write (a commit: ~10 ms on SQLite, a round
+    trip to PostgreSQL) would stall every stream being timed. Each call hands over the newest figure and
+    returns the pruner's newest answer, so a decision reaches the probe one report later.
+    """
+
+    def __init__(self, trial: optuna.Trial) -> None:
+        self.trial = trial
+        self.prune = False
+        self._pending: tuple[int, float] | None = None
+        self._closed = False
+        self._wake = threading.Condition()
+        self._thread = threading.Thread(target=self._write, name=f"pruner-reports-{trial.number}", daemon=True)
+        self._thread.start()
+
+    def __call__(self, step: int, rate: float) -> bool:
+        with self._wake:
+            self._pending = (step, rate)  # an older figure not yet written is superseded
+            self._wake.notify()
+        return self.prune
+
+    def _write(self) -> None:
+        while True:
+            with self._wake:
+                while self._pending is None and not self._closed:
+                    self._wake.wait()
+                if self._pending is None:
+                    return
+                step, rate = self._pending
+                self._pending = None
+            try:
+                self.trial.report(rate, step)
+                self.prune = self.prune or self.trial.should_prune()
+            except Exception as exc:  # the storage stayed away past its retries: go on without the pruner
+                logging.getLogger("tuner").warning("tuner: trial %d: progress not reported (%s)",
+                                                   self.trial.number, exc)
+
+    def close(self) -> None:
+        """Write what is pending and stop; the trial's result is recorded only after this."""
+        with self._wake:
+            self._closed = True
+            self._wake.notify()
+        self._thread.join()
+
+
 @dataclasses.dataclass
 class Worker:
     spec: Spec
@@ -175,8 +223,7 @@ class Worker:
             # Wherever the interrupt found it (waiting for GPUs or for a twin configuration, or in a
             # stage): not the configuration's fault, and run again on resume.
             if trial.user_attrs.get("failure_kind") != FailureKind.INTERRUPTED.value:
-                trial.set_user_attr("failure_kind", FailureKind.INTERRUPTED.value)
-                trial.set_user_attr("ended_at", time.time())
+                _mark_interrupted(trial)
             raise
         finally:
             write_record(record, {**owner, "done": True})
@@ -193,9 +240,7 @@ class Worker:
         values = space.suggest(trial)
         config = space.config(values)
         key = config.key()
-        trial.set_user_attr("config_key", key)
-        trial.set_user_attr("started_at", time.time())
-        trial.set_user_attr("worker", f"{owner_label()}")
+        set_user_attrs(trial, {"config_key": key, "started_at": time.time(), "worker": owner_label()})
         broken = space.violations(values)
         if broken:
             result = TrialResult(trial.number, config)
@@ -211,36 +256,30 @@ class Worker:
             result = TrialResult(trial.number, config)
             result.failure = FailureRecord(FailureKind.INVALID_CONFIG, str(exc), "", "slots")
         except KeyboardInterrupt:
-            trial.set_user_attr("failure_kind", FailureKind.INTERRUPTED.value)
-            trial.set_user_attr("ended_at", time.time())
+            _mark_interrupted(trial)
             raise
         if result.failure is not None and result.failure.kind is FailureKind.INTERRUPTED:
-            trial.set_user_attr("failure_kind", FailureKind.INTERRUPTED.value)
-            trial.set_user_attr("ended_at", time.time())
+            _mark_interrupted(trial)
             raise Interrupted(f"trial {trial.number} interrupted")
         return self._finish(trial, result, {"baseline": bool(trial.user_attrs.get("baseline"))})
 
     def _run(self, trial: optuna.Trial, config: ServerConfig) -> TrialResult:
         plan = TrialPlan(trial.number, config, self.workdir / f"trial-{trial.number}",
                          free_port(self.spec.server.host), reference=trial.study.user_attrs.get(REFERENCE_ATTR))
-        ctx = dataclasses.replace(self.ctx, on_progress=self._reporter(trial))
-        if self.pool is None:
-            return run_trial(ctx, plan)
-        with self.pool.acquire(self.ctx.engine.gpus_needed(config.flags), self.ctx.cancel) as grant:
-            trial.set_user_attr("gpu_ids", list(grant.gpu_ids))
-            trial.set_user_attr("slot_acquired_at", time.time())
-            result = run_trial(ctx, dataclasses.replace(plan, gpu_ids=grant.gpu_ids))
-            trial.set_user_attr("slot_released_at", time.time())
-        return result
-
-    def _reporter(self, trial: optuna.Trial) -> Callable[[int, float], bool] | None:
-        if self.spec.objective.second_metric or "throughput" not in self.spec.objective.metric:
-            return None
-
-        def report(step: int, rate: float) -> bool:
-            trial.report(rate, step)
-            return trial.should_prune()
-        return report
+        prunable = not self.spec.objective.second_metric and "throughput" in self.spec.objective.metric
+        reports = PrunerReports(trial) if prunable else None
+        ctx = dataclasses.replace(self.ctx, on_progress=reports)
+        try:
+            if self.pool is None:
+                return run_trial(ctx, plan)
+            with self.pool.acquire(self.ctx.engine.gpus_needed(config.flags), self.ctx.cancel) as grant:
+                set_user_attrs(trial, {"gpu_ids": list(grant.gpu_ids), "slot_acquired_at": time.time()})
+                result = run_trial(ctx, dataclasses.replace(plan, gpu_ids=grant.gpu_ids))
+                trial.set_user_attr("slot_released_at", time.time())
+            return result
+        finally:
+            if reports is not None:
+                reports.close()
 
     # -- outcomes -----------------------------------------------------------------------------------
     def _finish(self, trial: optuna.Trial, result: TrialResult, extra: dict[str, Any]) -> float | list[float]:
@@ -301,11 +340,8 @@ class Worker:
     def _reuse(self, trial: optuna.Trial, prior: optuna.trial.FrozenTrial) -> float | list[float]:
         skip = {"started_at", "ended_at", "baseline", "gpu_ids", "config_key", "requeued_from",
                 "slot_acquired_at", "slot_released_at", "worker", "retry_of"}
-        for k, v in prior.user_attrs.items():
-            if k not in skip:
-                trial.set_user_attr(k, v)
-        trial.set_user_attr("reused_from", prior.number)
-        trial.set_user_attr("ended_at", time.time())
+        inherited = {k: v for k, v in prior.user_attrs.items() if k not in skip}
+        set_user_attrs(trial, {**inherited, "reused_from": prior.number, "ended_at": time.time()})
         feasible = bool(prior.user_attrs.get("feasible"))
         # A twin of a trial the pruner stopped is as feasible as that trial was, not a failure.
         stopped_early = bool(prior.user_attrs.get("stopped_early"))
@@ -314,6 +350,10 @@ class Worker:
         if prior.state == TrialState.COMPLETE and prior.values is not None:
             return prior.values if len(prior.values) > 1 else prior.values[0]
         raise optuna.TrialPruned(f"same configuration as trial {prior.number}")
+
+
+def _mark_interrupted(trial: optuna.Trial) -> None:
+    set_user_attrs(trial, {"failure_kind": FailureKind.INTERRUPTED.value, "ended_at": time.time()})
 
 
 def feasibility_constraint(feasible: bool, stopped_early: bool) -> float:
