@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.util
 import json
 import logging
 import os
@@ -26,6 +27,7 @@ from optuna.trial import TrialState
 from ._errors import StorageError, StudyMismatchError, UsageError
 from ._redact import Redactor
 from ._spec import Spec
+from ._tpe import CrashAwareTPE
 
 # Heartbeats, the retry callback and metric names are marked experimental; they are what we rely on.
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -327,17 +329,24 @@ def _seeded_per_trial(cls: type) -> type:
     return Seeded
 
 
-_TPE = _seeded_per_trial(optuna.samplers.TPESampler)
+_TPE = _seeded_per_trial(CrashAwareTPE)
 _RANDOM = _seeded_per_trial(optuna.samplers.RandomSampler)
 _GP = _seeded_per_trial(optuna.samplers.GPSampler)
 
 
 def make_sampler(name: str, seed: int | None, spec: Spec) -> optuna.samplers.BaseSampler:
     if name == "tpe":
-        return _TPE(seed=seed, multivariate=True, constant_liar=True, n_startup_trials=8)
+        # Figures for these settings: benchmarks/search_efficiency.py (tuner/_tpe.py says what differs from
+        # Optuna's TPE and why).
+        return _TPE(seed=seed, space=spec.space, multivariate=True, constant_liar=True, n_startup_trials=6)
     if name == "random":
         return _RANDOM(seed=seed)
     if name == "gp":
+        missing = [m for m in ("torch", "scipy") if importlib.util.find_spec(m) is None]
+        if missing:
+            # GPSampler imports them only when it first samples, after the baseline has run.
+            raise UsageError(f"--sampler gp needs {' and '.join(missing)}, which are not installed",
+                             "pip install torch scipy, or use --sampler tpe")
         return _GP(seed=seed)
     raise UsageError(f"unknown sampler {name!r}", f"use one of {', '.join(SAMPLERS)}")
 

@@ -1,0 +1,723 @@
+"""How quickly each search strategy finds a near-optimal launch configuration: `python benchmarks/search_efficiency.py`.
+
+For every simulator profile that ships a space (`tuner/sim/profiles/<p>.yaml` with `search_spaces/<p>.yaml`),
+runs each strategy for `--trials` trials (default 40) over `--seeds` seeds (default 10):
+
+- `tpe`: the tuner's default, TPE with crash-aware pruning (`make_sampler("tpe")`);
+- `random`: the tuner with `--sampler random`;
+- `gp`: the tuner with `--sampler gp` (Optuna's GPSampler; needs torch and scipy, skipped without them);
+- `grid`: a tiered grid in the manner of SGLang's `auto_benchmark` (below).
+
+The three Optuna strategies run the tuner's own worker in-process: `Worker._objective` as `run` calls it
+(Space.suggest / config / violations, `invalid_config` without a launch, an identical configuration reused
+instead of restarted, `objective_result`, `feasibility_constraint`, `trial.set_constraint`), on a study set up
+by the tuner's own `_initialise` (baseline first, then try-first) with `make_sampler`. Only launch + gate +
+probe are replaced, by `tuner.sim.predict()` on the configuration's command line with the space's probe
+workload (`objective.concurrency`, input/output lengths, `probe.requests`): a trial takes milliseconds. What a
+strategy observes is measured with the simulator's noise (`noise=True`, a seed per trial, as a real server
+start draws it); a predicted failure becomes the tuner's failure kind (crash, OOM, graph capture, hang, NaN,
+garbage, logprob drift: all infeasible). The intermediate-report pruner is not exercised (predict() has no
+partial probe). SLO limits are not modelled (no shipped space sets one).
+
+The true optimum is the noiseless model's best over the space, discretised on each parameter's step grid:
+every point when the space has at most EXHAUSTIVE_MAX valid points, otherwise a multi-start local search
+(best-improvement moves of one parameter to any value of its grid, switching dependent parameters with it)
+from the baseline, the best and a random few of a random sample. It is cached under .cache/search_efficiency/
+(keyed by the profile, the space and the simulator's source). Checked by hand on llama3-70b-8xh200: the local
+search finds the exhaustive optimum. If any strategy ever evaluates a better configuration, the optimum is
+raised to it and the table says so.
+
+Judging (noiseless): after each trial, the configuration the strategy would pick is its best *observed*
+feasible trial; "reached 98%" is the first trial at which that pick's true value is >= 98% of the optimum.
+
+Counting rule: a *restart* is a trial that launches a server. A configuration that breaks a declared
+constraint (`invalid_config`) or repeats one already measured (reused) costs no restart, as in the tuner; the
+baseline does. "restarts to 98%" counts restarts up to and including the trial that reached 98%; "trials to
+98%" counts every trial. A run that never reaches 98% within N trials is censored: it counts as N + 1 in the
+median, which is printed as ">N" when it is censored. "crash/NaN 11+" is the share of trials 11..N whose
+server crashed, hung, ran out of memory, or answered NaN/garbage (reused or invalid trials launch nothing and
+are not counted as crashes; "free 11+" is their share).
+
+The tiered grid follows `build_candidates` in SGLang's `python/sglang/auto_benchmark_lib.py`: one candidate is
+the base flags (here the space's baseline); tier 1 varies one flag at a time from the base over that flag's
+listed values; tier 2 runs the full factorial of three flags with the others at the base; candidates are
+deduplicated. SGLang lists the values by hand; here they are a categorical's choices, a bool's two values, a
+number's low, middle and high. SGLang picks the factorial's flags by their order in the file and stops after
+8 candidates; with 40 trials to spend, this grid (as a person using it would) puts the factorial on the three
+flags whose tier-1 change helped most, over each one's two best values with every other flag at its best
+value, then starts tier 1 again from the best configuration so far, until the budget is spent.
+
+`--quick` (one profile, 2 seeds, 15 trials, a cheaper optimum unless cached) is the CI smoke run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import importlib.util
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # GPSampler's torch: one thread per process on a shared machine
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import optuna  # noqa: E402
+
+from tuner._failures import FailureKind, FailureRecord  # noqa: E402
+from tuner._probe import LevelMetrics, ProbeResult  # noqa: E402
+from tuner._space import ServerConfig, Space  # noqa: E402
+from tuner._spec import Spec, load_spec  # noqa: E402
+from tuner._study import _initialise, _pruner, make_sampler  # noqa: E402
+from tuner._trial import TrialContext, TrialResult  # noqa: E402
+from tuner._worker import Worker  # noqa: E402
+from tuner.engines import get_engine  # noqa: E402
+from tuner.engines._base import flag_argv  # noqa: E402
+from tuner.sim._predict import Prediction, predict  # noqa: E402
+from tuner.sim._profile import Profile, load_profile  # noqa: E402
+
+PROFILES_DIR = REPO / "tuner" / "sim" / "profiles"
+SPACES_DIR = REPO / "search_spaces"
+CACHE_DIR = REPO / ".cache" / "search_efficiency"
+STRATEGIES = ("tpe", "random", "gp", "grid")
+LABELS = {"tpe": "tpe (tuner default)", "random": "random", "gp": "gp (Optuna GPSampler)", "grid": "tiered grid"}
+TARGET = 0.98  # "reached": the pick's true value is at least this share of the optimum
+EXHAUSTIVE_MAX = 20_000  # valid grid points up to which the optimum is found by evaluating every one
+OPTIMUM_METHOD = "v1"  # bump when the optimum search changes: old cache files are then ignored
+WARMUP_TRIALS = 10  # the crash/NaN share is counted after this many trials
+
+# What predict() says went wrong, as the failure kind the tuner's stages would record.
+STATUS_KINDS = {
+    "invalid_args": FailureKind.CRASH_ON_START,  # the server exits on its argument error
+    "crash_on_start": FailureKind.CRASH_ON_START,
+    "oom": FailureKind.OOM,
+    "graph_capture_failed": FailureKind.GRAPH_CAPTURE_FAILED,
+    "startup_timeout": FailureKind.STARTUP_TIMEOUT,
+    "nan": FailureKind.NAN,
+    "garbage": FailureKind.GARBAGE,
+    "logprob_drift": FailureKind.INCONSISTENT_LOGPROBS,
+    "crash_under_load": FailureKind.CRASH_UNDER_LOAD,
+}
+FREE_KINDS = ("invalid_config", "reused")  # trials that launch nothing
+
+
+# -- one profile: its space, its workload, and the simulator's verdict on a configuration ----------------------
+
+@dataclasses.dataclass(frozen=True)
+class Measurement:
+    failure: FailureKind | None
+    message: str = ""
+    level: LevelMetrics | None = None
+
+
+class Problem:
+    """A simulator profile with its shipped space: measure a configuration (noisy) or judge it (noiseless)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.profile_path = PROFILES_DIR / f"{name}.yaml"
+        self.space_path = SPACES_DIR / f"{name}.yaml"
+        self.profile: Profile = load_profile(self.profile_path)
+        self.spec: Spec = load_spec(self.space_path)
+        probe, objective = self.spec.probe, self.spec.objective
+        self.concurrency = objective.concurrency or max(probe.concurrency)
+        self.metric = objective.metric
+        self.maximize = objective.direction == "maximize"
+        self._true: dict[str, float | None] = {}
+
+    @property
+    def space(self) -> Space:
+        return self.spec.space
+
+    def measure(self, config: ServerConfig, noise_seed: int | None) -> Measurement:
+        """What one server start with this configuration would record (noise_seed None: noiseless)."""
+        probe = self.spec.probe
+        p = predict(self.profile, flag_argv(config.flags), self.concurrency, probe.input_len, probe.output_len,
+                    num_requests=probe.requests, seed=noise_seed or 0, noise=noise_seed is not None)
+        if p.status != "ok":
+            return Measurement(STATUS_KINDS.get(p.status, FailureKind.CRASH_ON_START), p.message or p.status)
+        return Measurement(None, level=self._level(p))
+
+    def _level(self, p: Prediction) -> LevelMetrics:
+        probe = self.spec.probe
+        n = probe.requests
+        out_tokens = n * probe.output_len
+        duration = out_tokens / p.output_tok_s if p.output_tok_s > 0 else float("inf")
+        # predict() gives means only; with identical requests in a closed loop the percentiles are close to them.
+        latency = {}
+        for stat in ("mean", "median", "p90", "p99"):
+            latency.update({f"{stat}_ttft_ms": p.ttft_s * 1000, f"{stat}_itl_ms": p.itl_s * 1000,
+                            f"{stat}_tpot_ms": p.itl_s * 1000, f"{stat}_e2e_latency_ms": p.e2e_s * 1000})
+        return LevelMetrics(concurrency=self.concurrency, duration=duration, completed=n, errors=0,
+                            total_input_tokens=n * probe.input_len, total_output_tokens=out_tokens,
+                            request_throughput=n / duration, output_throughput=p.output_tok_s,
+                            total_throughput=p.total_tok_s, latency_ms=latency)
+
+    def value(self, m: Measurement) -> float | None:
+        return None if m.level is None else m.level.metric(self.metric)
+
+    def true_value(self, config: ServerConfig) -> float | None:
+        """The noiseless objective of a configuration, None if it fails (cached by configuration)."""
+        key = config.key()
+        if key not in self._true:
+            self._true[key] = self.value(self.measure(config, None))
+        return self._true[key]
+
+    def point_value(self, values: Mapping[str, Any]) -> float | None:
+        if self.space.violations(values):
+            return None
+        return self.true_value(self.space.config(values))
+
+    def better(self, a: float | None, b: float | None) -> bool:
+        if a is None:
+            return False
+        if b is None:
+            return True
+        return a > b if self.maximize else a < b
+
+    def share(self, value: float | None, optimum: float) -> float:
+        """How close a value is to the optimum, as a fraction (1.0 = the optimum)."""
+        if value is None:
+            return 0.0
+        return value / optimum if self.maximize else optimum / value
+
+
+def skip_reason(name: str) -> str | None:
+    """Why a profile cannot be benchmarked, or None."""
+    if not (SPACES_DIR / f"{name}.yaml").exists():
+        return f"no shipped space (search_spaces/{name}.yaml does not exist)"
+    profile = load_profile(PROFILES_DIR / f"{name}.yaml")
+    if profile.time_scale == 0 or not profile.hardware.hbm_bandwidth_gbs:
+        return "every configuration is infinitely fast (no step time): there is no optimum to find"
+    spec = load_spec(SPACES_DIR / f"{name}.yaml")
+    if spec.objective.second_metric:
+        return "a two-objective space: 'the optimum' is a Pareto front, not one value"
+    if spec.engine != "sglang":
+        return f"engine {spec.engine}: the simulator speaks SGLang only"
+    return None
+
+
+# -- the strategies ---------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class TrialRecord:
+    number: int
+    outcome: str  # "none" (measured fine), a failure kind, or "reused"
+    restarted: bool  # a server was launched
+    observed: float | None  # what the strategy saw (noisy); None when infeasible
+    true: float | None  # noiseless value of the same configuration
+
+
+def noise_seed(seed: int, number: int) -> int:
+    return (seed * 1_000_003 + number * 7919 + 17) % (2**32) or 1
+
+
+@dataclasses.dataclass
+class SimulatedWorker(Worker):
+    """The tuner's worker with launch + gate + probe replaced by predict(); everything else is Worker's own."""
+
+    problem: Problem | None = None
+    seed: int = 0
+    launched: dict[int, tuple[Measurement, ServerConfig]] = dataclasses.field(default_factory=dict)
+
+    def _run(self, trial: optuna.Trial, config: ServerConfig) -> TrialResult:
+        m = self.problem.measure(config, noise_seed(self.seed, trial.number))
+        self.launched[trial.number] = (m, config)
+        result = TrialResult(trial.number, config)
+        if m.failure is not None:
+            result.failure = FailureRecord(m.failure, m.message, "", "simulated")
+        else:
+            result.probe = ProbeResult(0.0, (m.level,))
+        return result
+
+
+def run_tuner(problem: Problem, sampler_name: str, seed: int, trials: int) -> list[TrialRecord]:
+    """One study as `python -m tuner run --sampler NAME --seed SEED --trials N` runs it, minus the server."""
+    spec = problem.spec
+    study = optuna.create_study(sampler=make_sampler(sampler_name, seed, spec), pruner=_pruner(spec),
+                                directions=spec.objective.directions)
+    _initialise(study, spec, sampler_name)  # baseline first, then try-first, as `run` enqueues them
+    ends: dict[int, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="search_efficiency-") as tmp:
+        ctx = TrialContext(spec, get_engine(spec.engine), ("simulated",))
+        worker = SimulatedWorker(spec, ctx, Path(tmp), sampler_name, problem=problem, seed=seed,
+                                 on_trial_end=lambda trial, attrs: ends.__setitem__(trial.number, dict(attrs)))
+        study.optimize(worker, n_trials=trials)
+    records = []
+    for number in sorted(ends):
+        attrs = ends[number]
+        source = attrs.get("reused_from", number)
+        if source in worker.launched:
+            m, config = worker.launched[source]
+            observed, true = problem.value(m), problem.true_value(config)
+        else:
+            observed = true = None  # invalid_config, or a twin of one
+        outcome = "reused" if "reused_from" in attrs else attrs.get("failure_kind", "none")
+        records.append(TrialRecord(number, outcome, number in worker.launched, observed, true))
+    return records
+
+
+def complete(space: Space, values: Mapping[str, Any], fallback: Mapping[str, Any]) -> dict[str, Any]:
+    """A full point: inactive parameters dropped, newly active ones taken from `fallback`, else their first value."""
+    out: dict[str, Any] = {}
+    for name in space.order:
+        p = space.params[name]
+        if not p.sampled or not space.active(p, out):
+            continue
+        if name in values:
+            out[name] = values[name]
+        elif name in fallback:
+            out[name] = fallback[name]
+        else:
+            out[name] = p.grid()[0]
+    return out
+
+
+def flag_values(space: Space) -> dict[str, list[Any]]:
+    """The values a person would list for each flag in SGLang's auto_benchmark config."""
+    out = {}
+    for name in space.order:
+        p = space.params[name]
+        if not p.sampled:
+            continue
+        grid = p.grid()
+        if p.type in ("int", "float") and len(grid) > 3:
+            grid = [grid[0], grid[len(grid) // 2], grid[-1]]
+        out[name] = grid
+    return out
+
+
+class TieredGrid:
+    """SGLang auto_benchmark's candidate shapes (one flag at a time, then a 3-flag factorial), made adaptive."""
+
+    def __init__(self, problem: Problem, seed: int, trials: int) -> None:
+        self.problem, self.seed, self.trials = problem, seed, trials
+        self.space = problem.space
+        self.values = flag_values(self.space)
+        self.seen: set[str] = set()
+        self.observed: dict[str, float | None] = {}  # by configuration key
+        self.records: list[TrialRecord] = []
+        self.best: tuple[float, dict[str, Any]] | None = None  # (observed, point)
+
+    def run(self) -> list[TrialRecord]:
+        base = dict(self.space.baseline or complete(self.space, {}, {}))
+        self.try_point(base)
+        while len(self.records) < self.trials:
+            start = dict(self.best[1]) if self.best else base
+            before = len(self.records)
+            gains = self.one_at_a_time(start)
+            self.factorial(start, gains)
+            if len(self.records) == before:
+                break  # every candidate around the best was tried already
+        return self.records
+
+    def one_at_a_time(self, start: dict[str, Any]) -> dict[str, list[tuple[float, Any]]]:
+        """Tier 1: each flag alone over its values; returns, per flag, (observed, value) of what ran."""
+        gains: dict[str, list[tuple[float, Any]]] = {}
+        for name, choices in self.values.items():
+            for value in choices:
+                if value == start.get(name) or not self.space.active(self.space.params[name], start):
+                    continue
+                observed = self.try_point(complete(self.space, {**start, name: value}, start))
+                if observed is not None:
+                    gains.setdefault(name, []).append((observed, value))
+        return gains
+
+    def factorial(self, start: dict[str, Any], gains: dict[str, list[tuple[float, Any]]]) -> None:
+        """Tier 2: every flag at its best value; the full product of the 3 most helpful flags' 2 best values."""
+        start_value = self.observed_of(start)
+        sign = 1 if self.problem.maximize else -1
+        best_values = {name: max(runs, key=lambda r: sign * r[0]) for name, runs in gains.items()}
+        helpful = [n for n, (v, _) in best_values.items() if start_value is None or sign * (v - start_value) > 0]
+        helpful.sort(key=lambda n: -sign * best_values[n][0])
+        combined = {**start, **{n: best_values[n][1] for n in helpful}}
+        self.try_point(complete(self.space, combined, start))
+        top = helpful[:3]
+        options = []
+        for name in top:
+            ranked = sorted(gains[name], key=lambda r: -sign * r[0])
+            options.append([value for _, value in ranked[:2]] + ([start[name]] if len(ranked) < 2 else []))
+        for combo in _product(options):
+            point = {**combined, **dict(zip(top, combo))}
+            self.try_point(complete(self.space, point, start))
+
+    def observed_of(self, point: Mapping[str, Any]) -> float | None:
+        return self.observed.get(self.space.config(point).key())
+
+    def try_point(self, point: dict[str, Any]) -> float | None:
+        """Run one candidate (if new, valid and within the budget); returns what was observed."""
+        if len(self.records) >= self.trials or self.space.violations(point):
+            return None  # a person leaves out a combination the space declares impossible: no trial
+        config = self.space.config(point)
+        key = config.key()
+        if key in self.seen:
+            return self.observed.get(key)
+        self.seen.add(key)
+        number = len(self.records)
+        m = self.problem.measure(config, noise_seed(self.seed, number))
+        observed = self.problem.value(m)
+        self.observed[key] = observed
+        outcome = m.failure.value if m.failure else "none"
+        self.records.append(TrialRecord(number, outcome, True, observed, self.problem.true_value(config)))
+        if observed is not None and (self.best is None or self.problem.better(observed, self.best[0])):
+            self.best = (observed, dict(point))
+        return observed
+
+
+def _product(options: Sequence[Sequence[Any]]) -> Iterable[tuple[Any, ...]]:
+    if not options:
+        return [()]
+    import itertools
+    return itertools.product(*options)
+
+
+def run_strategy(task: tuple[str, str, int, int]) -> tuple[str, str, int, list[TrialRecord], float]:
+    name, strategy, seed, trials = task
+    problem = _problem(name)
+    t0 = time.monotonic()
+    if strategy == "grid":
+        records = TieredGrid(problem, seed, trials).run()
+    else:
+        records = run_tuner(problem, strategy, seed, trials)
+    return name, strategy, seed, records, time.monotonic() - t0
+
+
+_problems: dict[str, Problem] = {}
+
+
+def _problem(name: str) -> Problem:
+    if name not in _problems:
+        _problems[name] = Problem(name)
+    return _problems[name]
+
+
+# -- the true optimum -----------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Optimum:
+    value: float
+    point: dict[str, Any]
+    method: str
+    evaluated: int  # configurations the noiseless model evaluated to find it
+
+
+def neighbours(space: Space, point: Mapping[str, Any]) -> Iterable[dict[str, Any]]:
+    """Every point that differs in one parameter's value; parameters that this switches on take each of their
+    values (so a backend is judged together with its own sub-options, not only with one default of them)."""
+    for name in space.order:
+        p = space.params[name]
+        if not p.sampled or name not in point:
+            continue
+        for value in p.grid():
+            if value == point[name]:
+                continue
+            yield from _completions(space, {**point, name: value})
+
+
+def _completions(space: Space, values: Mapping[str, Any]) -> list[dict[str, Any]]:
+    points: list[dict[str, Any]] = [{}]
+    for name in space.order:
+        p = space.params[name]
+        if not p.sampled:
+            continue
+        nxt = []
+        for pt in points:
+            if not space.active(p, pt):
+                nxt.append(pt)
+            elif name in values:
+                nxt.append({**pt, name: values[name]})
+            else:
+                nxt.extend({**pt, name: v} for v in p.grid())
+        points = nxt
+    return points
+
+
+def local_search(problem: Problem, start: dict[str, Any]) -> tuple[float | None, dict[str, Any]]:
+    """Best-improvement hill climb over one-parameter moves on the grid."""
+    point, value = start, problem.point_value(start)
+    while True:
+        best_point, best_value = None, value
+        for cand in neighbours(problem.space, point):
+            v = problem.point_value(cand)
+            if problem.better(v, best_value):
+                best_point, best_value = cand, v
+        if best_point is None:
+            return value, point
+        point, value = best_point, best_value
+
+
+def search_optimum(problem: Problem, starts: int, exhaustive: bool) -> Optimum:
+    space = problem.space
+    points = space.grid_points(limit=EXHAUSTIVE_MAX * 4) if exhaustive else None
+    valid = [p for p in points if not space.violations(p)] if points is not None else None
+    best_value, best_point = None, {}
+    if valid is not None and len(valid) <= EXHAUSTIVE_MAX:
+        for p in valid:
+            v = problem.point_value(p)
+            if problem.better(v, best_value):
+                best_value, best_point = v, p
+        return Optimum(best_value, best_point, f"exhaustive over {len(valid)} grid points", len(problem._true))
+    rng = random.Random(0)
+    sample = [space.random_sample(rng) for _ in range(max(50, starts * 10))]
+    scored = [(problem.point_value(p), p) for p in sample]
+    feasible = [(v, p) for v, p in scored if v is not None]
+    feasible.sort(key=lambda vp: -vp[0] if problem.maximize else vp[0])
+    begin = [dict(space.baseline)] if space.baseline else []
+    begin += [dict(p) for p in problem.spec.try_first]
+    begin += [p for _, p in feasible[:max(1, starts // 2)]]
+    rest = [p for _, p in feasible[max(1, starts // 2):]]
+    begin += rng.sample(rest, min(len(rest), max(0, starts - len(begin))))
+    for start in begin[:max(1, starts)]:
+        v, p = local_search(problem, complete(space, start, start))
+        if problem.better(v, best_value):
+            best_value, best_point = v, p
+    return Optimum(best_value, best_point, f"local search from {min(len(begin), max(1, starts))} starts",
+                   len(problem._true))
+
+
+def _digest(problem: Problem) -> str:
+    h = hashlib.sha256(OPTIMUM_METHOD.encode())
+    for path in [problem.profile_path, problem.space_path, REPO / "tuner" / "_space.py",
+                 *sorted((REPO / "tuner" / "sim").glob("*.py"))]:
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def true_optimum(problem: Problem, starts: int, quick: bool, use_cache: bool) -> Optimum:
+    """The cached optimum of the full search if there is one; otherwise search (and cache a full search)."""
+    path = CACHE_DIR / f"{problem.name}-{_digest(problem)}.json"
+    if use_cache and path.exists():
+        data = json.loads(path.read_text())
+        return Optimum(data["value"], data["point"], data["method"] + " (cached)", data["evaluated"])
+    optimum = search_optimum(problem, starts=2 if quick else starts, exhaustive=not quick)
+    if not quick and use_cache:
+        CACHE_DIR.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(dataclasses.asdict(optimum), default=str))
+    return optimum
+
+
+# -- judging and printing --------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class RunFigures:
+    trials_to: int  # trials until the pick reached 98% (N + 1 if never)
+    restarts_to: int  # restarts until then (N + 1 if never)
+    reached: bool
+    final_share: float  # the final pick's true value / optimum
+    late_trials: int  # trials after the warm-up
+    late_crashes: int  # of those, launched servers that failed
+    late_free: int  # of those, trials that launched nothing
+
+
+def judge(problem: Problem, records: Sequence[TrialRecord], optimum: float, trials: int) -> RunFigures:
+    pick: TrialRecord | None = None
+    restarts = 0
+    trials_to = restarts_to = trials + 1
+    reached = False
+    for i, r in enumerate(records, start=1):
+        restarts += r.restarted
+        if r.observed is not None and (pick is None or problem.better(r.observed, pick.observed)):
+            pick = r
+        if not reached and pick is not None and problem.share(pick.true, optimum) >= TARGET - 1e-12:
+            reached, trials_to, restarts_to = True, i, restarts
+    late = records[WARMUP_TRIALS:]
+    crashes = sum(1 for r in late if r.restarted and r.outcome not in ("none", "reused", "slo_violation"))
+    free = sum(1 for r in late if not r.restarted)
+    share = problem.share(pick.true, optimum) if pick is not None else 0.0
+    return RunFigures(trials_to, restarts_to, reached, share, len(late), crashes, free)
+
+
+def _median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def _count(values: Sequence[int], trials: int) -> str:
+    """Median [quartiles] of a count where trials + 1 means 'not reached'."""
+    def show(x: float) -> str:
+        return f">{trials}" if x > trials else f"{x:g}"
+    med = _median(values)
+    if len(values) < 4:
+        return show(med)
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return f"{show(med)} [{show(q[0])}-{show(q[2])}]"
+
+
+def _ratio(a: float, b: float, trials: int) -> str:
+    if a != a or b != b:
+        return "-"
+    text = f"{a / b:.2f}"
+    return (">=" if a > trials else "<=" if b > trials else "") + text
+
+
+def summarise(problem: Problem, runs: dict[str, list[list[TrialRecord]]], optimum: float,
+              trials: int) -> dict[str, dict[str, Any]]:
+    out = {}
+    for strategy, seeds in runs.items():
+        figs = [judge(problem, recs, optimum, trials) for recs in seeds]
+        late = sum(f.late_trials for f in figs)
+        out[strategy] = {
+            "restarts_to": [f.restarts_to for f in figs], "trials_to": [f.trials_to for f in figs],
+            "reached": sum(f.reached for f in figs), "runs": len(figs),
+            "final": _median([f.final_share for f in figs]), "final_min": min(f.final_share for f in figs),
+            "crash_share": sum(f.late_crashes for f in figs) / late if late else 0.0,
+            "free_share": sum(f.late_free for f in figs) / late if late else 0.0,
+        }
+    return out
+
+
+def print_table(problem: Problem, optimum: Optimum, stats: dict[str, dict[str, Any]], skipped: dict[str, str],
+                trials: int, seeds: int) -> None:
+    base = problem.point_value(problem.space.baseline) if problem.space.baseline else None
+    sampled = sum(1 for p in problem.space.params.values() if p.sampled)
+    print(f"\n== {problem.name}: {sampled} parameters, {problem.metric} "
+          f"({'max' if problem.maximize else 'min'}imised), {seeds} seeds x {trials} trials")
+    print(f"   optimum {optimum.value:.1f} ({optimum.method}); 98% = {optimum.value * TARGET:.1f}; "
+          f"baseline {problem.share(base, optimum.value):.1%} of it")
+    print("   optimum at: " + ", ".join(f"{k}={v}" for k, v in optimum.point.items()))
+    head = (f"   {'strategy':<22} {'restarts to 98%':>17} {'trials to 98%':>17} {'reached':>8} "
+            f"{'best@' + str(trials):>8} {'worst':>7} {'crash/NaN 11+':>14} {'free 11+':>9} "
+            f"{'restarts/random':>16} {'trials/random':>14}")
+    print(head)
+    print("   " + "-" * (len(head) - 3))
+    rnd = stats.get("random")
+    for strategy in STRATEGIES:
+        if strategy in skipped:
+            print(f"   {LABELS[strategy]:<22} skipped: {skipped[strategy]}")
+            continue
+        if strategy not in stats:
+            continue
+        s = stats[strategy]
+        ratio_r = _ratio(_median(s["restarts_to"]), _median(rnd["restarts_to"]), trials) if rnd else "-"
+        ratio_t = _ratio(_median(s["trials_to"]), _median(rnd["trials_to"]), trials) if rnd else "-"
+        print(f"   {LABELS[strategy]:<22} {_count(s['restarts_to'], trials):>17} {_count(s['trials_to'], trials):>17} "
+              f"{s['reached']:>4}/{s['runs']:<3} {s['final']:>8.1%} {s['final_min']:>7.1%} "
+              f"{s['crash_share']:>14.0%} {s['free_share']:>9.0%} {ratio_r:>16} {ratio_t:>14}")
+
+
+def print_summary(all_stats: dict[str, dict[str, dict[str, Any]]], trials: int) -> None:
+    print("\n== Summary: the tuner (tpe) against the targets"
+          " (restarts to 98% <= 1/3 of random's and <= 1/2 of the grid's; crash/NaN after trial 10 <= 10%)")
+    print(f"   {'profile':<22} {'tpe/random':>11} {'tpe/grid':>9} {'gp/random':>10} {'grid/random':>12} "
+          f"{'tpe crash/NaN':>14}  verdict")
+    for name, stats in all_stats.items():
+        tpe, rnd, grid, gp = (stats.get(k) for k in ("tpe", "random", "grid", "gp"))
+        if tpe is None:
+            continue
+
+        def ratio(a: dict | None, b: dict | None) -> tuple[str, float]:
+            if not a or not b:
+                return "-", float("nan")
+            x, y = _median(a["restarts_to"]), _median(b["restarts_to"])
+            return _ratio(x, y, trials), x / y
+        r_rand, v_rand = ratio(tpe, rnd)
+        r_grid, v_grid = ratio(tpe, grid)
+        r_gp, _ = ratio(gp, rnd)
+        r_gr, _ = ratio(grid, rnd)
+        misses = []
+        if not v_rand <= 1 / 3 + 1e-9:
+            misses.append("vs random")
+        if not v_grid <= 1 / 2 + 1e-9:
+            misses.append("vs grid")
+        if tpe["crash_share"] > 0.10:
+            misses.append("crash/NaN")
+        verdict = "met" if not misses else "missed: " + ", ".join(misses)
+        print(f"   {name:<22} {r_rand:>11} {r_grid:>9} {r_gp:>10} {r_gr:>12} {tpe['crash_share']:>14.0%}  {verdict}")
+    print("   (ratios of median restarts to 98%; '>=' / '<=' where a median is censored at "
+          f"{trials + 1} = not reached in {trials} trials)")
+
+
+# -- main ----------------------------------------------------------------------------------------------------
+
+def available_strategies(wanted: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    skipped = {}
+    if "gp" in wanted and not (importlib.util.find_spec("torch") and importlib.util.find_spec("scipy")):
+        skipped["gp"] = "Optuna's GPSampler needs torch and scipy (pip install torch scipy)"
+    return [s for s in wanted if s not in skipped], skipped
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    profiles = sorted(p.stem for p in PROFILES_DIR.glob("*.yaml"))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--profiles", nargs="+", default=None, choices=profiles, metavar="PROFILE",
+                        help=f"simulator profiles (default: all: {', '.join(profiles)})")
+    parser.add_argument("--strategies", nargs="+", default=list(STRATEGIES), choices=STRATEGIES)
+    parser.add_argument("--seeds", type=int, default=10, help="runs per strategy (default 10)")
+    parser.add_argument("--trials", type=int, default=40, help="trials per run (default 40)")
+    parser.add_argument("--starts", type=int, default=24,
+                        help="local-search starts for the optimum of a space too large to enumerate (default 24)")
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="processes (default 2)")
+    parser.add_argument("--no-cache", action="store_true", help="search the optimum again, do not read or write "
+                        ".cache/search_efficiency/")
+    parser.add_argument("--quick", action="store_true",
+                        help="CI smoke run: glm5-nvfp4-sm120 only, 2 seeds, 15 trials, a cheap optimum unless cached")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.profiles = args.profiles or ["glm5-nvfp4-sm120"]
+        args.seeds, args.trials = min(args.seeds, 2), min(args.trials, 15)
+    names = args.profiles or profiles
+    strategies, skipped = available_strategies(args.strategies)
+    t0 = time.monotonic()
+    print(f"search efficiency: {len(names)} profile(s), strategies {', '.join(args.strategies)}, "
+          f"{args.seeds} seeds x {args.trials} trials")
+    print("counting: a restart is a trial that launches a server (invalid_config and reused duplicates cost none);"
+          f" not reaching {TARGET:.0%} counts as {args.trials + 1}, shown '>{args.trials}'")
+    runnable = []
+    for name in names:
+        reason = skip_reason(name)
+        if reason:
+            print(f"\n== {name}: skipped: {reason}")
+        else:
+            runnable.append(name)
+    optima = {}
+    for name in runnable:
+        t = time.monotonic()
+        optima[name] = true_optimum(_problem(name), args.starts, args.quick, not args.no_cache)
+        print(f"   [{name}: optimum {optima[name].value:.1f} by {optima[name].method} in {time.monotonic() - t:.0f} s]",
+              flush=True)
+    tasks = [(n, s, seed, args.trials) for n in runnable for s in strategies for seed in range(args.seeds)]
+    results: dict[str, dict[str, list[list[TrialRecord]]]] = {n: {s: [] for s in strategies} for n in runnable}
+    seconds: dict[str, float] = {}
+    for done, (name, strategy, seed, records, took) in enumerate(_map(run_strategy, tasks, args.jobs), start=1):
+        results[name][strategy].append(records)
+        seconds[strategy] = seconds.get(strategy, 0.0) + took
+        print(f"\r   [{done}/{len(tasks)} runs]", end="", file=sys.stderr, flush=True)
+    print(file=sys.stderr)
+    all_stats = {}
+    for name in runnable:
+        problem = _problem(name)
+        optimum = optima[name]
+        found = [r.true for runs in results[name].values() for recs in runs for r in recs if r.true is not None]
+        best_found = max(found) if problem.maximize else min(found)
+        if problem.better(best_found, optimum.value):
+            optimum = dataclasses.replace(optimum, value=best_found,
+                                          method=optimum.method + "; raised to a better point a strategy found")
+        all_stats[name] = summarise(problem, results[name], optimum.value, args.trials)
+        print_table(problem, optimum, all_stats[name], skipped, args.trials, args.seeds)
+    print_summary(all_stats, args.trials)
+    per = ", ".join(f"{s} {v:.0f} s" for s, v in seconds.items())
+    print(f"\n(done in {time.monotonic() - t0:.0f} s; strategy time summed over processes: {per})")
+    return 0
+
+
+def _map(fn: Any, tasks: list, jobs: int) -> Iterable[Any]:
+    if jobs <= 1:
+        yield from map(fn, tasks)
+        return
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        yield from pool.map(fn, tasks, chunksize=1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,26 @@
+"""Smoke test of benchmarks/search_efficiency.py: its quick mode runs and prints a row for every strategy."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = REPO / "benchmarks" / "search_efficiency.py"
+
+
+def test_quick_mode_prints_every_strategy() -> None:
+    done = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--jobs", "1"], cwd=REPO,
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    assert "== glm5-nvfp4-sm120:" in out
+    assert "restarts to 98%" in out and "crash/NaN 11+" in out
+    table = out.split("== glm5-nvfp4-sm120:")[1].split("== Summary")[0]
+    for label in ("tpe (tuner default)", "random", "gp (Optuna GPSampler)", "tiered grid"):
+        row = next((line for line in table.splitlines() if line.strip().startswith(label)), None)
+        assert row is not None, f"no row for {label}:\n{out}"
+        # A figure, or the reason the strategy could not run here (GP needs torch).
+        assert "%" in row or "skipped:" in row, row
+    assert "== Summary" in out and "glm5-nvfp4-sm120" in out.split("== Summary")[1]
