@@ -21,6 +21,7 @@ import httpx
 
 from ._failures import FailureKind, TrialFailure
 from ._spec import ProbeSpec
+from ._stream_client import StreamClient, StreamError, StreamTimeout
 from ._textcheck import degenerate_reason, nan_positions
 from .engines import Engine
 
@@ -91,7 +92,7 @@ def make_workload(spec: ProbeSpec, n: int, salt: int = 0) -> list[WorkItem]:
     rng = random.Random(spec.seed * 1_000_003 + salt)
     if spec.dataset:
         rows = [json.loads(line) for line in Path(spec.dataset).read_text().splitlines() if line.strip()]
-        picks = [rows[rng.randrange(len(rows))] for _ in range(n)]
+        picks = _without_replacement(rng, rows, n)
         return [WorkItem(str(r["prompt"]), int(r.get("output_len", spec.output_len))) for r in picks]
     items = []
     for i in range(n):
@@ -100,6 +101,20 @@ def make_workload(spec: ProbeSpec, n: int, salt: int = 0) -> list[WorkItem]:
         words = [f"{i}:"] + [rng.choice(_WORDS) for _ in range(max(0, in_len - 1))]
         items.append(WorkItem(" ".join(words), out_len))
     return items
+
+
+def _without_replacement(rng: random.Random, rows: Sequence[Any], n: int) -> list[Any]:
+    """`n` rows in a seeded order, each row once before any repeats (as bench_serving and vLLM's client
+    sample). Drawing with replacement repeated about a third of the prompts when `n` equals the dataset's
+    size, and a repeated prompt's prefill comes from the prefix cache: cheaper than the workload says."""
+    if not rows and n > 0:
+        raise ValueError("the probe's dataset has no prompts")
+    picks: list[Any] = []
+    while len(picks) < n:
+        order = list(rows)
+        rng.shuffle(order)
+        picks.extend(order[:n - len(picks)])
+    return picks
 
 
 def _jitter(rng: random.Random, mean: int, ratio: float) -> int:
@@ -125,15 +140,19 @@ async def _probe(base_url: str, headers: Mapping[str, str], engine: Engine, spec
                  alive: Callable[[], None], objective_level: int | None, on_progress: Progress | None,
                  check_text: bool) -> ProbeResult:
     t0 = time.monotonic()
-    limits = httpx.Limits(max_connections=max(spec.concurrency) + 4, max_keepalive_connections=max(spec.concurrency) + 4)
-    timeout = httpx.Timeout(spec.request_timeout, connect=10.0)
-    async with httpx.AsyncClient(base_url=base_url, headers=dict(headers), limits=limits, timeout=timeout) as client:
+    # Not httpx: its per-chunk cost capped what one core could measure (see tuner/_stream_client.py).
+    # The semaphore of each level bounds the connections; the timeout is per read, as httpx's was.
+    async with StreamClient(base_url, headers, read_timeout=spec.request_timeout, connect_timeout=10.0) as client:
         watch = asyncio.create_task(_watch(alive))
         try:
             if spec.warmup:
+                # The first warm-up asks for logprobs when measured requests will: a server's first such
+                # request can cost seconds once (vLLM's CPU build: ~3 s, 30 s seen on a busy machine),
+                # and that belongs before the timed level, not in its p99 TTFT.
                 warm = make_workload(spec, spec.warmup, salt=-1)
                 await _race(watch, asyncio.gather(*(_one(client, engine, WorkItem(w.prompt, min(16, w.output_len)),
-                                                         False, check_text) for w in warm)))
+                                                         i == 0 and spec.logprob_every > 0, check_text)
+                                                    for i, w in enumerate(warm))))
             target = objective_level if objective_level is not None else max(spec.concurrency)
             levels = []
             for step_base, conc in enumerate(spec.concurrency):
@@ -163,7 +182,7 @@ async def _race(watch: asyncio.Task, work: Any) -> Any:
     return task.result()
 
 
-async def _level(client: httpx.AsyncClient, engine: Engine, spec: ProbeSpec, concurrency: int,
+async def _level(client: StreamClient, engine: Engine, spec: ProbeSpec, concurrency: int,
                  work: Sequence[WorkItem], report: Progress | None, step_base: int,
                  check_text: bool) -> LevelMetrics:
     semaphore = asyncio.Semaphore(concurrency)
@@ -171,23 +190,39 @@ async def _level(client: httpx.AsyncClient, engine: Engine, spec: ProbeSpec, con
     start = time.perf_counter()
     every = max(1, len(work) // 10)
     stop = asyncio.Event()
+    # More failed requests than this and the level fails whatever the rest do.
+    allowed_errors = spec.max_error_rate * len(work)
+    errors = 0
+    pruned = False
 
     async def worker(i: int, item: WorkItem) -> None:
+        nonlocal errors, pruned
         async with semaphore:
             if stop.is_set():
                 return
             want_logprobs = spec.logprob_every > 0 and i % spec.logprob_every == 0
             result = await _one(client, engine, item, want_logprobs, check_text)
             results.append(result)
-            if result.problem:
+            errors += not result.ok
+            if result.problem or errors > allowed_errors:
+                # The verdict is in: end the level now rather than when the requests still streaming
+                # finish, which on a real server can be minutes of a broken configuration.
                 stop.set()
+                for task in tasks:
+                    if task is not asyncio.current_task():
+                        task.cancel()
+                return
             if report and len(results) % every == 0:
                 elapsed = time.perf_counter() - start
                 rate = sum(r.output_tokens for r in results if r.ok) / elapsed if elapsed > 0 else 0.0
                 if report(step_base * 1000 + len(results), rate):
+                    pruned = True
                     stop.set()
 
-    await asyncio.gather(*(worker(i, item) for i, item in enumerate(work)))
+    tasks = [asyncio.ensure_future(worker(i, item)) for i, item in enumerate(work)]
+    for outcome in await asyncio.gather(*tasks, return_exceptions=True):
+        if isinstance(outcome, BaseException) and not isinstance(outcome, asyncio.CancelledError):
+            raise outcome
     duration = time.perf_counter() - start
     # NaN is the cause, garbage text its usual symptom: when both show, report the cause.
     broken = next((r for r in results if r.problem.startswith("NaN")), None) \
@@ -196,7 +231,7 @@ async def _level(client: httpx.AsyncClient, engine: Engine, spec: ProbeSpec, con
         kind = FailureKind.NAN if broken.problem.startswith("NaN") else FailureKind.GARBAGE
         raise TrialFailure(kind, f"under load at concurrency {concurrency}: {broken.problem}",
                            f"output: {broken.text[:300]!r}", "probe")
-    if stop.is_set() and report is not None:
+    if pruned:
         raise ProbeStopped()
     return _metrics(concurrency, duration, results, spec)
 
@@ -205,57 +240,73 @@ class ProbeStopped(Exception):
     """The pruner stopped the probe early."""
 
 
-async def _one(client: httpx.AsyncClient, engine: Engine, item: WorkItem, want_logprobs: bool,
+async def _one(client: StreamClient, engine: Engine, item: WorkItem, want_logprobs: bool,
                check_text: bool) -> RequestResult:
     path, body = engine.stream_request(item.prompt, item.output_len, want_logprobs)
     result = RequestResult()
-    sent = time.perf_counter()
-    last = sent
-    tokens_so_far = 0
-    nan_seen = False
-    parser = engine.stream_parser()
+    tally = _Tally(result, engine.stream_parser())
+    # Timed from before the connection is taken, as vLLM's and SGLang's benchmark clients time it.
+    tally.sent = tally.last = time.perf_counter()
     try:
-        async with client.stream("POST", path, json=body) as response:
-            if response.status_code != 200:
-                await response.aread()
-                result.error = f"HTTP {response.status_code}"
+        async with client.stream(path, body) as response:
+            if response.status != 200:
+                await response.read()
+                result.error = f"HTTP {response.status}"
                 return result
-            async for line in response.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                payload = line[5:].strip()
-                if payload == "[DONE]":
-                    break
-                event = parser.feed(json.loads(payload))
-                now = time.perf_counter()
-                count = event.completion_tokens if event.completion_tokens is not None else tokens_so_far + 1
-                new = count - tokens_so_far
-                if event.logprobs and nan_positions(event.logprobs):
-                    nan_seen = True
-                if new > 0 or (event.text and not result.ttft):
-                    if not result.ttft:
-                        result.ttft = now - sent
-                    else:
-                        result.itl.append((now - last) / max(new, 1))
-                    last = now
-                    tokens_so_far = max(count, tokens_so_far)
-                result.text = event.text if event.text else result.text
-                if event.prompt_tokens:
-                    result.prompt_tokens = event.prompt_tokens
-    except httpx.TimeoutException as exc:
-        result.error = f"timeout ({type(exc).__name__})"
+            # The stream is read to its end ("[DONE]" is skipped, not a stop) so that the connection
+            # can serve the next request.
+            async for payloads in response.data_batches():
+                now = time.perf_counter()  # one time for all events one read brought, as aiohttp's iter_any does
+                for payload in payloads:
+                    if payload != b"[DONE]":
+                        tally.add(json.loads(payload.decode()), now)  # str: json skips guessing the encoding
+                if tally.nan_seen:
+                    break  # the trial fails on it: stop here (the half-read connection is closed, not reused)
+    except StreamTimeout as exc:
+        result.error = f"timeout ({str(exc).split(':')[0]})"
         return result
-    except httpx.HTTPError as exc:
+    except (StreamError, httpx.HTTPError) as exc:  # httpx.HTTPError: VLLMStreamError from the parser
         result.error = f"{type(exc).__name__}: {exc}"[:200]
         return result
-    result.latency = time.perf_counter() - sent
-    result.output_tokens = tokens_so_far
+    result.latency = time.perf_counter() - tally.sent
+    result.output_tokens = tally.tokens
     result.ok = True
-    if nan_seen:
+    if tally.nan_seen:
         result.problem = "NaN or inf logprob (null) in a streamed response"
     elif check_text and result.output_tokens:
         result.problem = degenerate_reason(result.text, check_repetition=False) or ""
     return result
+
+
+class _Tally:
+    """One response's events turned into TTFT, inter-token latencies, token count and text."""
+
+    def __init__(self, result: RequestResult, parser: Any) -> None:
+        self.result = result
+        self.parser = parser
+        self.sent = 0.0
+        self.last = 0.0
+        self.tokens = 0
+        self.nan_seen = False
+
+    def add(self, data: Any, now: float) -> None:
+        event = self.parser.feed(data)
+        result = self.result
+        count = event.completion_tokens if event.completion_tokens is not None else self.tokens + 1
+        new = count - self.tokens
+        if event.logprobs and nan_positions(event.logprobs):
+            self.nan_seen = True
+        if new > 0 or (event.text and not result.ttft):
+            if not result.ttft:
+                result.ttft = now - self.sent
+            else:
+                result.itl.append((now - self.last) / max(new, 1))
+            self.last = now
+            self.tokens = max(count, self.tokens)
+        if event.text:
+            result.text = event.text
+        if event.prompt_tokens:
+            result.prompt_tokens = event.prompt_tokens
 
 
 def _metrics(concurrency: int, duration: float, results: Sequence[RequestResult], spec: ProbeSpec) -> LevelMetrics:
