@@ -114,10 +114,10 @@ def probe_once(base_url: str, sim, workload: Workload, prompts: Path, engine_nam
     from tuner._spec import ProbeSpec
     from tuner.engines import get_engine
 
-    # logprob_every 0: vLLM's client asks for no logprobs either (asking costs the server, not the client).
+    # No check wave: the client CPU counted below is then the timed level's (and the warm-up's) alone.
     spec = ProbeSpec(concurrency=(workload.concurrency,), requests=workload.requests, input_len=workload.input_len,
                      output_len=workload.output_len, warmup=warmups, dataset=str(prompts), request_timeout=60.0,
-                     logprob_every=0)
+                     check_tokens=0)
 
     def alive() -> None:
         if sim.popen.poll() is not None:

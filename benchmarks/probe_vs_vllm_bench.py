@@ -3,15 +3,14 @@
 
 Starts vLLM's CPU build (.venv-vllm) on the tiny random-weights Llama (.cache/tiny-llama) with the
 baseline flags of search_spaces/vllm-cpu-tiny.yaml (plus --enforce-eager, to start in ~40 s). Each
-round then runs four times, one after the other, rotating who goes first, on the very same prompts
+round then runs three times, one after the other, rotating who goes first, on the very same prompts
 (vLLM's own code writes them out for the probe; seed = round):
 
 - `vllm bench serve`: random dataset, fixed input and output lengths, EOS ignored, a fixed
   --max-concurrency and number of prompts, --temperature 0;
-- the probe (`tuner._probe.run_probe` through the vLLM engine) with the tuner's requests: the sampled
-  token's logprob on every 8th request (its NaN check), usage in every chunk;
-- `vllm bench serve` again: the control, which shows how far vLLM's client lands from itself here;
-- the probe with vLLM's requests: no logprob requests, usage only in the last chunk.
+- the probe (`tuner._probe.run_probe` through the vLLM engine, as a trial runs it: warm-up, the untimed
+  check wave with logprobs, then the timed level);
+- `vllm bench serve` again: the control, which shows how far vLLM's client lands from itself here.
 
 It prints each run's output tok/s, p99 and median TTFT, tokens and the probe's CPU share. Then, for
 each later run of a round, its figures over the first `vllm bench` run of that round, and the median
@@ -33,18 +32,25 @@ and tuner/_probe.py. They agree:
 
 Where they differed, and why:
 
-- The probe's warm-up asked for no logprobs (fixed). vLLM compiles `batched_count_greater_than`
-  (v1/sample/ops/logprobs.py, `@torch.compile`) on a server's first logprob request: about 3 s here,
-  and 30 s was seen under load. That time landed in the timed level and its p99 TTFT. The first
-  warm-up request now asks for logprobs whenever measured requests will.
-- The probe's own requests cost the server more. If any request in a batch wants logprobs, vLLM
-  computes them for the whole batch (`max_num_logprobs` in v1/sample/sampler.py). With 1 request in
-  8 asking, nearly every step of a concurrency-8 level pays. Waves of 8 x 64 tokens, 50 of each kind,
-  interleaved, gave medians 378 vs 426 ms and p25 292 vs 328 ms with vs without one logprob request
-  (+12 %; +14 % and +26 % in two other runs of 40 and 20 waves). Usage in every chunk cost 0-10 %,
-  which the noise leaves unclear. So the probe measures a heavier request mix than vLLM's client.
-  This is by design (the NaN check under load) and not changed here. The way out is to put the
-  logprob requests in an untimed wave at the level's concurrency.
+- vLLM compiles `batched_count_greater_than` (v1/sample/ops/logprobs.py, `@torch.compile`) on a
+  server's first logprob request: about 3 s here, and 30 s was seen under load. While the probe's
+  warm-up asked for none, that time landed in the timed level and its p99 TTFT.
+- The probe's requests cost the server more while every 8th one in the timed level asked for a
+  logprob (its NaN check). If any request in a batch wants logprobs, vLLM computes them for the whole
+  batch (`max_num_logprobs` in v1/sample/sampler.py), so nearly every step of a concurrency-8 level
+  paid. Waves of 8 x 64 tokens, 50 of each kind, interleaved, gave medians 378 vs 426 ms and p25 292
+  vs 328 ms with vs without one logprob request (+12 %; +14 % and +26 % in two other runs of 40 and
+  20 waves). Usage in every chunk cost 0-10 %, which the noise leaves unclear. Both are gone: the
+  logprob requests moved to an untimed check wave at the highest concurrency before the timed levels
+  (it also takes the compile), and usage comes once at the end, so the timed level now sends exactly
+  vLLM's client's requests.
+- With usage only in the last chunk, the probe counted a token per chunk with text; vLLM sends a token
+  whose text is held back (part of a UTF-8 character) as a chunk with empty text, so for some of vLLM's
+  random prompts the probe's first token came ~1 s late (p99 TTFT 800-1,000 ms against vLLM's 50-90 ms,
+  the same medians). It now counts one per chunk, as vLLM's client does.
+- Unpinned, each client's CPU came out of the server's on two cores: vLLM's client measured 617-1,554
+  tok/s over five rounds, the probe 562-2,209. The server is now pinned to one core, the clients to the
+  other.
 - This machine's noise is larger than the 3 % target. On 2 cores shared with other jobs (load 4-19),
   vLLM's client against itself landed at 0.56-2.66 per round (medians 0.86 and 0.99 in two runs of
   5-6 rounds). TTFT comes in waves of `concurrency` requests, because equal lengths make them finish
@@ -73,8 +79,7 @@ from _vllm_client import (  # noqa: E402
 SPACE = REPO / "search_spaces" / "vllm-cpu-tiny.yaml"
 BENCH = "vllm bench"
 BENCH_AGAIN = "vllm bench again"  # the control: how far vLLM's client lands from itself on this machine
-PROBE = "probe"  # the requests the tuner sends
-PROBE_AS_BENCH = "probe, vLLM's requests"  # no logprob requests, usage only at the end
+PROBE = "probe"
 
 
 @dataclass(frozen=True)
@@ -95,7 +100,7 @@ class Run:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=5, help="rounds of the four runs, rotating who goes first")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of the three runs, rotating who goes first")
     parser.add_argument("--requests", type=int, default=64, help="prompts per run")
     parser.add_argument("--concurrency", type=int, default=8, help="vLLM's --max-concurrency, the probe's level")
     parser.add_argument("--input-len", type=int, default=64)
@@ -105,8 +110,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="let vLLM torch.compile (about a minute more at start-up); default --enforce-eager")
     parser.add_argument("--url", help="use a vLLM server already running here (serving .cache/tiny-llama under "
                                       "that path as its name); nothing is started or stopped")
+    parser.add_argument("--server-core", type=int, default=1, help="the core vLLM's server is pinned to")
+    parser.add_argument("--client-core", type=int, default=0, help="the core both clients are pinned to")
     parser.add_argument("--quick", action="store_true", help="one short round (a smoke test)")
     args = parser.parse_args(argv)
+    cores = os.sched_getaffinity(0)
+    if args.server_core == args.client_core or not {args.server_core, args.client_core} <= cores:
+        parser.error(f"--server-core and --client-core must be two different cores of {sorted(cores)}")
     if args.quick:
         args.rounds, args.requests, args.output_len, args.warmups = 1, 16, 32, 1
     return args
@@ -122,49 +132,35 @@ def server_flags(compile_: bool) -> tuple[dict, dict[str, str]]:
     return flags, env
 
 
-def start_server(workdir: Path, compile_: bool):
-    """vLLM through the tuner's own launch: argv (never a shell), its own process group, a log file."""
+def start_server(workdir: Path, compile_: bool, core: int):
+    """vLLM through the tuner's own launch: argv (never a shell), its own process group, a log file.
+
+    Pinned to one core, the clients to the other: on two cores a client's CPU otherwise comes out of the
+    server's, and the client that uses more CPU per token measures a slower server (vLLM's client
+    measured 617-1,554 tok/s in five rounds unpinned, the probe 562-2,209)."""
     from tuner._launch import LaunchRequest, launch
     from tuner.engines import get_engine
 
     flags, extra_env = server_flags(compile_)
     port = free_port()
-    command = [str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server"]
+    # taskset in the argv: every thread the server starts is pinned (vLLM binds its OpenMP threads
+    # within the cores it is given).
+    command = ["taskset", "-c", str(core), str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server"]
     argv = get_engine("vllm").argv(command, str(TINY_MODEL), "127.0.0.1", port, flags, None)
-    print("server: python", " ".join(argv[1:]), flush=True)
+    print("server:", " ".join(argv), flush=True)
     return launch(LaunchRequest(argv=argv, env={**os.environ, **extra_env}, workdir=workdir, host="127.0.0.1",
                                 port=port))
 
 
-class _BenchLikeVLLM:
-    """The vLLM engine's stream requests with usage once at the end, as vLLM's client asks for it (the
-    probe then counts a token per chunk until that last usage sets the total)."""
-
-    def __init__(self) -> None:
-        from tuner.engines import get_engine
-
-        self._engine = get_engine("vllm")
-
-    def stream_request(self, prompt, max_tokens, logprobs):
-        path, body = self._engine.stream_request(prompt, max_tokens, logprobs)
-        body["stream_options"] = {"include_usage": True}
-        return path, body
-
-    def stream_parser(self):
-        return self._engine.stream_parser()
-
-
-def run_probe_once(base_url: str, server, workload: Workload, prompts: Path, args: argparse.Namespace,
-                   as_bench: bool) -> Run:
+def run_probe_once(base_url: str, server, workload: Workload, prompts: Path, args: argparse.Namespace) -> Run:
     from tuner._probe import run_probe
     from tuner._spec import ProbeSpec
     from tuner.engines import get_engine
 
-    # logprob_every 8 is the tuner's default (and vllm-cpu-tiny.yaml's).
     spec = ProbeSpec(concurrency=(workload.concurrency,), requests=workload.requests,
                      input_len=workload.input_len, output_len=workload.output_len, warmup=args.warmups,
-                     dataset=str(prompts), request_timeout=120.0, logprob_every=0 if as_bench else 8)
-    engine = _BenchLikeVLLM() if as_bench else get_engine("vllm")
+                     dataset=str(prompts), request_timeout=120.0)
+    engine = get_engine("vllm")
 
     def alive() -> None:
         if server is not None and server.popen.poll() is not None:
@@ -173,7 +169,7 @@ def run_probe_once(base_url: str, server, workload: Workload, prompts: Path, arg
     cpu0 = time.process_time()
     level = run_probe(base_url, {}, engine, spec, alive, check_text=False).level(workload.concurrency)
     share = (time.process_time() - cpu0) / level.duration
-    return Run(workload.seed, PROBE_AS_BENCH if as_bench else PROBE, level.output_throughput,
+    return Run(workload.seed, PROBE, level.output_throughput,
                level.latency_ms["p99_ttft_ms"],
                level.latency_ms["median_ttft_ms"], level.duration, level.total_input_tokens,
                level.total_output_tokens, share)
@@ -193,9 +189,8 @@ def run_rounds(bench: VllmBench, base_url: str, server, workloads: list[Workload
     runs: list[Run] = []
     for workload, prompt_file in zip(workloads, prompts):
         steps = [lambda: run_bench_once(bench, base_url, workload, args),
-                 lambda: run_probe_once(base_url, server, workload, prompt_file, args, as_bench=False),
-                 lambda: run_bench_once(bench, base_url, workload, args, BENCH_AGAIN),
-                 lambda: run_probe_once(base_url, server, workload, prompt_file, args, as_bench=True)]
+                 lambda: run_probe_once(base_url, server, workload, prompt_file, args),
+                 lambda: run_bench_once(bench, base_url, workload, args, BENCH_AGAIN)]
         turn = workload.seed % len(steps)
         steps = steps[turn:] + steps[:turn]  # rotate who goes first: drift of the machine hits all alike
         for step in steps:
@@ -219,7 +214,7 @@ def print_summary(runs: list[Run]) -> float:
     state), and the median over rounds."""
     rows = []
     medians = {}
-    for client in (PROBE, PROBE_AS_BENCH, BENCH_AGAIN):
+    for client in (PROBE, BENCH_AGAIN):
         tps, p99, p50 = [], [], []
         for n in sorted({r.round for r in runs}):
             probe = next(r for r in runs if r.round == n and r.client == client)
@@ -238,6 +233,12 @@ def print_summary(runs: list[Run]) -> float:
         target = "the machine's own spread" if client == BENCH_AGAIN else f"target 0.97-1.03: {verdict}"
         print(f"{client}: output tok/s over vLLM's client, median of rounds {ratio:.3f} (rounds {low:.3f}-"
               f"{high:.3f}; {target}); p99 TTFT ratio {ttft:.3f}", flush=True)
+    # vLLM's client against itself moves as much as the probe does: judged against both of its runs.
+    both = [next(r for r in runs if r.round == n and r.client == PROBE).output_throughput
+            / median([r.output_throughput for r in runs if r.round == n and r.client in (BENCH, BENCH_AGAIN)])
+            for n in sorted({r.round for r in runs})]
+    print(f"probe over the mean of vLLM's two runs of each round: median {median(both):.3f} (rounds "
+          f"{min(both):.3f}-{max(both):.3f})", flush=True)
     return medians[PROBE][0]
 
 
@@ -255,12 +256,13 @@ def main(argv: list[str] | None = None) -> int:
                  for seed in range(args.rounds)]
     with tempfile.TemporaryDirectory(prefix="probe_vs_vllm-") as tmp:
         folder = Path(tmp)
-        server = None if args.url else start_server(folder / "server", args.compile)
+        server = None if args.url else start_server(folder / "server", args.compile, args.server_core)
         try:
             base_url = args.url.rstrip("/") if args.url else f"http://127.0.0.1:{server.port}"
             t0 = time.monotonic()
+            os.sched_setaffinity(0, {args.client_core})  # the probe runs in this process
             # vLLM's client is loaded and the prompts made while the server starts: neither needs it.
-            with VllmBench(folder / "vllm-bench.log") as bench:
+            with VllmBench(folder / "vllm-bench.log", cpu=args.client_core) as bench:
                 prompts = bench.write_prompts(workloads, folder, base_url, str(TINY_MODEL), TINY_MODEL)
                 if server is not None:
                     wait_ready(base_url + "/health", server.popen, server.log_path, timeout=600)

@@ -146,13 +146,11 @@ async def _probe(base_url: str, headers: Mapping[str, str], engine: Engine, spec
         watch = asyncio.create_task(_watch(alive))
         try:
             if spec.warmup:
-                # The first warm-up asks for logprobs when measured requests will: a server's first such
-                # request can cost seconds once (vLLM's CPU build: ~3 s, 30 s seen on a busy machine),
-                # and that belongs before the timed level, not in its p99 TTFT.
                 warm = make_workload(spec, spec.warmup, salt=-1)
                 await _race(watch, asyncio.gather(*(_one(client, engine, WorkItem(w.prompt, min(16, w.output_len)),
-                                                         i == 0 and spec.logprob_every > 0, check_text)
-                                                    for i, w in enumerate(warm))))
+                                                         False, check_text) for w in warm)))
+            if spec.check_tokens:
+                await _race(watch, _check_wave(client, engine, spec, check_text))
             target = objective_level if objective_level is not None else max(spec.concurrency)
             levels = []
             for step_base, conc in enumerate(spec.concurrency):
@@ -182,9 +180,24 @@ async def _race(watch: asyncio.Task, work: Any) -> Any:
     return task.result()
 
 
+async def _check_wave(client: StreamClient, engine: Engine, spec: ProbeSpec, check_text: bool) -> None:
+    """Before the timed levels: one request per slot of the highest level at once, each asking for the
+    logprob of every token, so that NaN in batched decode shows (and ends the trial at its first token).
+
+    The timed levels then send what the engines' own benchmark clients send. One request that asks for
+    logprobs makes the whole batch compute them, in vLLM as in SGLang: with one request in eight asking,
+    vLLM's CPU build decoded up to 12% slower (benchmarks/probe_vs_vllm_bench.py). The first such request
+    also costs seconds once in vLLM (a kernel compiled), which belongs here, not in a timed p99 TTFT.
+    """
+    concurrency = max(spec.concurrency)
+    work = [WorkItem(w.prompt, min(spec.check_tokens, w.output_len))
+            for w in make_workload(spec, concurrency, salt=-2)]
+    await _level(client, engine, spec, concurrency, work, None, 0, check_text, logprobs=True)
+
+
 async def _level(client: StreamClient, engine: Engine, spec: ProbeSpec, concurrency: int,
                  work: Sequence[WorkItem], report: Progress | None, step_base: int,
-                 check_text: bool) -> LevelMetrics:
+                 check_text: bool, logprobs: bool = False) -> LevelMetrics:
     semaphore = asyncio.Semaphore(concurrency)
     results: list[RequestResult] = []
     start = time.perf_counter()
@@ -195,13 +208,12 @@ async def _level(client: StreamClient, engine: Engine, spec: ProbeSpec, concurre
     errors = 0
     pruned = False
 
-    async def worker(i: int, item: WorkItem) -> None:
+    async def worker(item: WorkItem) -> None:
         nonlocal errors, pruned
         async with semaphore:
             if stop.is_set():
                 return
-            want_logprobs = spec.logprob_every > 0 and i % spec.logprob_every == 0
-            result = await _one(client, engine, item, want_logprobs, check_text)
+            result = await _one(client, engine, item, logprobs, check_text)
             results.append(result)
             errors += not result.ok
             if result.problem or errors > allowed_errors:
@@ -219,7 +231,7 @@ async def _level(client: StreamClient, engine: Engine, spec: ProbeSpec, concurre
                     pruned = True
                     stop.set()
 
-    tasks = [asyncio.ensure_future(worker(i, item)) for i, item in enumerate(work)]
+    tasks = [asyncio.ensure_future(worker(item)) for item in work]
     for outcome in await asyncio.gather(*tasks, return_exceptions=True):
         if isinstance(outcome, BaseException) and not isinstance(outcome, asyncio.CancelledError):
             raise outcome
@@ -229,7 +241,8 @@ async def _level(client: StreamClient, engine: Engine, spec: ProbeSpec, concurre
         or next((r for r in results if r.problem), None)
     if broken is not None:
         kind = FailureKind.NAN if broken.problem.startswith("NaN") else FailureKind.GARBAGE
-        raise TrialFailure(kind, f"under load at concurrency {concurrency}: {broken.problem}",
+        where = f"concurrency {concurrency}" + (" (check wave, logprobs on)" if logprobs else "")
+        raise TrialFailure(kind, f"under load at {where}: {broken.problem}",
                            f"output: {broken.text[:300]!r}", "probe")
     if pruned:
         raise ProbeStopped()

@@ -71,7 +71,8 @@ class ProbeSpec:
     dataset: str | None = None
     request_timeout: float = 600.0
     max_error_rate: float = 0.0
-    logprob_every: int = 8
+    # Output tokens of each request of the untimed check wave (0: none); see tuner/_probe.py.
+    check_tokens: int = 32
 
 
 @dataclass(frozen=True)
@@ -242,11 +243,13 @@ def _parse_probe(s: Section) -> ProbeSpec:
         output_len=s.get("output-len", int, 256), len_jitter=s.get("len-jitter", float, 0.0),
         warmup=s.get("warmup", int, 2), seed=s.get("seed", int, 0), dataset=s.get("dataset", str, None),
         request_timeout=s.get("request-timeout", float, 600.0),
-        max_error_rate=s.get("max-error-rate", float, 0.0), logprob_every=s.get("logprob-every", int, 8))
+        max_error_rate=s.get("max-error-rate", float, 0.0), check_tokens=s.get("check-tokens", int, 32))
     for key, value in (("requests", probe.requests), ("input-len", probe.input_len),
                        ("output-len", probe.output_len)):
         if value < 1:
             raise SpaceError(s.child(key), "must be at least 1", "give a positive number")
+    if probe.check_tokens < 0:
+        raise SpaceError(s.child("check-tokens"), "must not be negative", "give 32, say, or 0 for no check wave")
     if not 0 <= probe.len_jitter < 1:
         raise SpaceError(s.child("len-jitter"), "must be in [0, 1)", "give a fraction such as 0.5")
     if probe.dataset and not Path(probe.dataset).is_file():

@@ -78,6 +78,8 @@ def transient(exc: BaseException) -> bool:
         exc = exc.__cause__
     if isinstance(exc, sqlalchemy.exc.DBAPIError) and exc.connection_invalidated:
         return True
+    if isinstance(exc, sqlalchemy.exc.PendingRollbackError):
+        return True  # a session left half-rolled-back by a dropped connection: reset, then retry (`retrying`)
     # OperationalError covers SQLite's "database is locked"/"busy" and PostgreSQL's refused or dropped
     # connections and administrator shutdowns; InterfaceError a psycopg2 connection already closed.
     return isinstance(exc, (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError))
@@ -91,12 +93,16 @@ def _reason(exc: BaseException) -> str:
     return f"{type(orig).__name__}: {text[0] if text else ''}"[:200]
 
 
-def retrying(what: str, budget_s: float | None = None) -> tenacity.Retrying:
-    """A tenacity policy for one storage call: back off up to 2 s between tries, give up after the budget."""
+def retrying(what: str, budget_s: float | None = None, reset: Callable[[], None] | None = None) -> tenacity.Retrying:
+    """A tenacity policy for one storage call: back off up to 2 s between tries, give up after the budget.
+    `reset` runs before each new try (a storage's `scoped_session.remove`: a session whose connection
+    dropped mid-transaction refuses every later call with PendingRollbackError until it is discarded)."""
     budget = STORAGE_RETRY_S if budget_s is None else budget_s
 
     def before_sleep(state: tenacity.RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome else None
+        if reset is not None:
+            reset()
         if state.attempt_number == 1 or state.attempt_number % 10 == 0:
             log.warning("tuner: storage unavailable during %s (%s); retrying for up to %.0f s",
                         what, _reason(exc) if exc else "?", budget)
@@ -138,7 +144,7 @@ def _retried(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
             return method(self, *args, **kwargs)
         _inside.depth = 1
         try:
-            for attempt in retrying(name):
+            for attempt in retrying(name, reset=self.scoped_session.remove):
                 with attempt:
                     return method(self, *args, **kwargs)
         finally:
@@ -156,7 +162,7 @@ class RetryingRDBStorage(RDBStorage):
 
     def set_trial_state_values(self, trial_id: int, state: TrialState, values: Any = None) -> bool:
         tried = False
-        for attempt in retrying("set_trial_state_values"):
+        for attempt in retrying("set_trial_state_values", reset=self.scoped_session.remove):
             with attempt:
                 try:
                     return RDBStorage.set_trial_state_values(self, trial_id, state, values)
@@ -178,7 +184,7 @@ class RetryingRDBStorage(RDBStorage):
         model = TrialUserAttributeModel
         insert = {"sqlite": sqlalchemy.dialects.sqlite.insert,
                   "postgresql": sqlalchemy.dialects.postgresql.insert}.get(self.engine.name)
-        for attempt in retrying("set_trial_user_attrs"):
+        for attempt in retrying("set_trial_user_attrs", reset=self.scoped_session.remove):
             with attempt:
                 with _create_scoped_session(self.scoped_session, True) as session:
                     if insert is None:

@@ -95,13 +95,13 @@ class CrashAwareTPE(optuna.samplers.TPESampler):
                                      use_cache=True))
 
     def _incumbent(self, study: optuna.Study) -> FrozenTrial | None:
-        """The best trial that ran (the baseline, at first)."""
+        """The best trial that ran (the baseline, at first); with two objectives, best by the first."""
         ran = [t for t in study._get_trials(deepcopy=False, states=(TrialState.COMPLETE,), use_cache=True)
-               if _violation(t) <= 0 and t.value is not None]
+               if _violation(t) <= 0 and t.values]
         if not ran:
             return None
-        sign = 1.0 if study.direction == optuna.study.StudyDirection.MAXIMIZE else -1.0
-        return max(ran, key=lambda t: sign * t.value)
+        sign = 1.0 if study.directions[0] == optuna.study.StudyDirection.MAXIMIZE else -1.0
+        return max(ran, key=lambda t: sign * t.values[0])
 
     def _anywhere(self, study: optuna.Study, trial: FrozenTrial,
                   search_space: Mapping[str, BaseDistribution]) -> dict[str, Any]:

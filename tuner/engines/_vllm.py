@@ -204,9 +204,11 @@ class VLLM(Engine):
         return tuple(out)
 
     def stream_request(self, prompt: str | list[int], max_tokens: int, logprobs: bool) -> tuple[str, dict]:
-        # continuous_usage_stats: every chunk carries usage with the completion tokens so far.
+        # Usage once, in the last chunk, as vLLM's own benchmark client asks for it: usage in every chunk
+        # (continuous_usage_stats) cost the server up to 10% (benchmarks/probe_vs_vllm_bench.py). Tokens
+        # are counted per chunk until then.
         body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0, "ignore_eos": True,
-                "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+                "stream": True, "stream_options": {"include_usage": True}}
         if logprobs:
             body["logprobs"] = 0
         return "/v1/completions", body
@@ -260,13 +262,15 @@ class VLLMStream:
             token_logprobs = (choice.get("logprobs") or {}).get("token_logprobs")
             if token_logprobs is not None:
                 lps += tuple(finite_or_none(v) for v in token_logprobs)
-            # Without usage in the chunk: count token ids, else logprobs, else one per non-empty chunk.
+            # Until the usage of the last chunk: count token ids, else logprobs, else one per chunk, as
+            # vLLM's own client does. A token whose text is held back (part of a UTF-8 character) comes as
+            # a chunk with empty text; not counting it put the first token seconds late for some prompts.
             ids = choice.get("token_ids")
             if ids is not None:
                 added += len(ids)
             elif token_logprobs is not None:
                 added += len(token_logprobs)
-            elif choice.get("text"):
+            else:
                 added += 1
             if choice.get("finish_reason") is not None:
                 self.finished = True
