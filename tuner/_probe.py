@@ -2,7 +2,9 @@
 SGLang's own benchmark measures, with every response's content checked too.
 
 A benchmark that counts HTTP 200 as success is how broken configurations win; here a response with
-NaN logprobs or degenerate text fails the trial.
+NaN logprobs or degenerate text fails the trial. Logprobs are asked for only in an untimed check wave
+before the timed levels (`_check_wave`), so that the timed requests are the engine's own benchmark
+client's and cost the server what they cost there.
 """
 
 from __future__ import annotations
