@@ -11,11 +11,11 @@ more, shorter alternating rounds in the same time on a noisy machine.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import select
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -84,10 +84,27 @@ def vllm_available() -> str | None:
     return None
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def add_core_args(parser: argparse.ArgumentParser) -> None:
+    """--server-core and --client-core: on two cores a client's CPU otherwise comes out of the server's."""
+    parser.add_argument("--server-core", type=int, default=1, help="the core the server is pinned to")
+    parser.add_argument("--client-core", type=int, default=0, help="the core the clients are pinned to")
+
+
+def check_cores(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    cores = os.sched_getaffinity(0)
+    if args.server_core == args.client_core or not {args.server_core, args.client_core} <= cores:
+        parser.error(f"--server-core and --client-core must be two different cores of {sorted(cores)}")
+
+
+def ready_to_run(name: str) -> bool:
+    """False (saying why) when vLLM's environment or the tiny model is missing. Otherwise SIGTERM (e.g. a
+    test's timeout) is made to unwind through `finally`, which stops the servers a benchmark started."""
+    missing = vllm_available()
+    if missing:
+        print(f"{name}: {missing}", file=sys.stderr)
+        return False
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    return True
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import tempfile
 import time
@@ -48,7 +47,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # this checkout's tuner, and the shared helpers
 from _vllm_client import (  # noqa: E402
-    TINY_MODEL, VllmBench, Workload, cpu_seconds, free_port, median, print_table, vllm_available, wait_ready)
+    TINY_MODEL, VllmBench, Workload, add_core_args, check_cores, cpu_seconds, median, print_table, ready_to_run,
+    wait_ready)
+from tuner._procs import free_port  # noqa: E402
 
 MODEL = "sim/model"  # the name the simulator serves
 PROBE, BENCH = "probe (vllm engine)", "vllm bench serve"
@@ -84,16 +85,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--output-len", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--warmups", type=int, default=2, help="warm-up requests of each client, before its timing")
-    parser.add_argument("--server-core", type=int, default=1)
-    parser.add_argument("--client-core", type=int, default=0)
+    add_core_args(parser)
     parser.add_argument("--no-generate", action="store_true", help="leave out the probe over SGLang's /generate")
     parser.add_argument("--quick", action="store_true", help="one short round (a smoke test)")
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.requests, args.output_len, args.warmups, args.no_generate = 1, 64, 64, 1, True
-    cores = os.sched_getaffinity(0)
-    if args.server_core == args.client_core or not {args.server_core, args.client_core} <= cores:
-        parser.error(f"--server-core and --client-core must be two different cores of {sorted(cores)}")
+    check_cores(parser, args)
     return args
 
 
@@ -176,13 +174,10 @@ def _bench_of(runs: list[Run], run: Run) -> Run:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    missing = vllm_available()
-    if missing:
-        print(f"probe_ceiling: {missing}", file=sys.stderr)
+    if not ready_to_run("probe_ceiling"):
         return 2
     from tuner._teardown import stop_server
 
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind through `finally`: the server stops
     workloads = [Workload(args.requests, args.streams, args.input_len, args.output_len, seed)
                  for seed in range(args.rounds)]
     with tempfile.TemporaryDirectory(prefix="probe_ceiling-") as tmp:

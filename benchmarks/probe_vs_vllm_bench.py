@@ -62,7 +62,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import tempfile
 import time
@@ -74,7 +73,9 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # this checkout's tuner, and the shared helpers
 from _vllm_client import (  # noqa: E402
-    TINY_MODEL, VLLM_PYTHON, VllmBench, Workload, free_port, median, print_table, vllm_available, wait_ready)
+    TINY_MODEL, VLLM_PYTHON, VllmBench, Workload, add_core_args, check_cores, median, print_table, ready_to_run,
+    wait_ready)
+from tuner._procs import free_port  # noqa: E402
 
 SPACE = REPO / "search_spaces" / "vllm-cpu-tiny.yaml"
 BENCH = "vllm bench"
@@ -110,13 +111,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="let vLLM torch.compile (about a minute more at start-up); default --enforce-eager")
     parser.add_argument("--url", help="use a vLLM server already running here (serving .cache/tiny-llama under "
                                       "that path as its name); nothing is started or stopped")
-    parser.add_argument("--server-core", type=int, default=1, help="the core vLLM's server is pinned to")
-    parser.add_argument("--client-core", type=int, default=0, help="the core both clients are pinned to")
+    add_core_args(parser)
     parser.add_argument("--quick", action="store_true", help="one short round (a smoke test)")
     args = parser.parse_args(argv)
-    cores = os.sched_getaffinity(0)
-    if args.server_core == args.client_core or not {args.server_core, args.client_core} <= cores:
-        parser.error(f"--server-core and --client-core must be two different cores of {sorted(cores)}")
+    check_cores(parser, args)
     if args.quick:
         args.rounds, args.requests, args.output_len, args.warmups = 1, 16, 32, 1
     return args
@@ -244,14 +242,10 @@ def print_summary(runs: list[Run]) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    missing = vllm_available()
-    if missing:
-        print(f"probe_vs_vllm_bench: {missing}", file=sys.stderr)
+    if not ready_to_run("probe_vs_vllm_bench"):
         return 2
     from tuner._teardown import stop_server
 
-    # SIGTERM (e.g. a test's timeout) unwinds through `finally`, which stops the server's whole group.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     workloads = [Workload(args.requests, args.concurrency, args.input_len, args.output_len, seed)
                  for seed in range(args.rounds)]
     with tempfile.TemporaryDirectory(prefix="probe_vs_vllm-") as tmp:

@@ -14,7 +14,6 @@ import optuna
 
 from ._redact import Redactor, redact_env, redact_flags
 from ._spec import Spec
-from ._study import set_user_attrs
 from ._trial import TrialResult
 
 FEASIBILITY = "failure"  # constraint key: > 0 means the trial must not win
@@ -69,10 +68,6 @@ def _effective(result: TrialResult) -> dict[str, Any]:
 
 def _round(value: Any) -> Any:
     return round(value, 4) if isinstance(value, float) else value
-
-
-def write_attrs(trial: optuna.Trial, attrs: Mapping[str, Any]) -> None:
-    set_user_attrs(trial, attrs)
 
 
 def note_markdown(result: TrialResult, attrs: Mapping[str, Any], feasible: bool) -> str:

@@ -175,7 +175,6 @@ class RetryingRDBStorage(RDBStorage):
                     raise
         raise AssertionError("unreachable")
 
-
     def set_trial_user_attrs(self, trial_id: int, attrs: Mapping[str, Any]) -> None:
         """Many user attrs in one transaction: one commit (one fsync on SQLite, ~10 ms) instead of one per key,
         which made recording a trial the largest part of the tuner's own time per trial."""

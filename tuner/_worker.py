@@ -24,7 +24,7 @@ from optuna.trial import TrialState
 from ._errors import TunerError
 from ._failures import FailureKind, FailureRecord
 from ._procs import free_port
-from ._record import FEASIBILITY, note_markdown, redact_log, save_note, trial_attrs, upload_log, write_attrs
+from ._record import FEASIBILITY, note_markdown, redact_log, save_note, trial_attrs, upload_log
 from ._redact import Redactor
 from ._slots import NotEnoughGpus, SlotPool
 from ._space import ServerConfig
@@ -298,7 +298,7 @@ class Worker:
         feasible = result.ok and attrs["failure_kind"] == "none"
         attrs["feasible"] = feasible
         attrs["ended_at"] = time.time()
-        write_attrs(trial, attrs)
+        set_user_attrs(trial, attrs)
         trial.set_constraint(FEASIBILITY, feasibility_constraint(feasible, result.stopped_early))
         if feasible and extra.get("baseline") and result.gate is not None:
             trial.study.set_user_attr(REFERENCE_ATTR, dict(result.gate.reference))
