@@ -13,7 +13,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from tuner._procs import group_members
+from tuner._procs import group_members, marked_processes, port_holders, session_members
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -89,20 +89,26 @@ class Tuner:
 
     def end_leftovers(self) -> None:
         """Never let a failed test leave a server behind for the next one."""
-        for pgid in self.leftovers():
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        for pids in self.leftovers().values():
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
 
     def leftovers(self) -> dict[int, list[int]]:
-        """Process groups of servers the tuner recorded that still have live members."""
-        out = {}
-        for record in self.server_records():
-            members = group_members(record["pgid"])
-            if members:
-                out[record["pgid"]] = members
-        return out
+        """For each server the tuner recorded (by group id), what of it still runs: members of its process
+        group or session, processes carrying its environment marker, anything listening on its port."""
+        return {record["pgid"]: pids for record in self.server_records() if (pids := remains_of(record))}
+
+
+def remains_of(record: dict) -> list[int]:
+    pids = {*group_members(record["pgid"]), *session_members(record["pgid"])}
+    if record.get("marker"):
+        pids.update(marked_processes(record["marker"]))
+    if record.get("port"):
+        pids.update(port_holders(record["port"]))
+    return sorted(pids)
 
 
 @pytest.fixture

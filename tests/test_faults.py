@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import time
+
 import pytest
 from optuna.trial import TrialState
 
-from conftest import FAULT_SPACE
+from conftest import FAULT_SPACE, remains_of
 
 CASES = [
     ("crash_at_start", "crash_on_start"),
@@ -61,4 +65,49 @@ def test_stubborn_servers_are_ended_whole(tuner, fault):
         assert t.user_attrs["teardown_leftover_pids"] == []
         if fault == "ignore_sigterm":
             assert t.user_attrs["teardown_killed"] is True
+    assert tuner.leftovers() == {}
+
+
+def test_server_that_escapes_its_process_group_is_found_and_ended(tuner):
+    """Children that call setsid() are out of reach of the group's signals: teardown finds the one that
+    keeps the port (its environment cleared) by the port, and the other by the marker in its environment,
+    ends both, and records how each was found."""
+    space = tuner.space(FAULT_SPACE)
+    done = tuner.run("run", "--trials", "3", "--space", str(space), "--simulate", "instant",
+                     env={"TUNER_SIM_FAULTS": "escape_session"})
+    assert done.returncode == 0, done.stderr
+    trials = tuner.study("faults").get_trials()
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 3
+    records = tuner.server_records()
+    for t, record in zip(trials, records):
+        found = t.user_attrs["teardown_leftovers"]
+        assert sorted(f["found_by"] for f in found) == ["environment marker", f"port {record['port']}"], found
+        assert all(f["ended"] for f in found)
+        assert t.user_attrs["teardown_leftover_pids"] == []
+        assert t.user_attrs["teardown_port_free"] is True
+    assert tuner.leftovers() == {}
+
+
+def test_restart_after_sigkill_ends_what_escaped_the_group(tuner):
+    """The tuner SIGKILLed mid-trial leaves a server whose children left its group; the next run finds them
+    from the recorded port and marker and ends them before its first trial."""
+    space = tuner.space(FAULT_SPACE)
+    env = {"TUNER_SIM_FAULTS": "escape_session,response_delay=0.5"}
+    first = tuner.start("run", "--trials", "2", "--space", str(space), "--simulate", "instant", env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not any(len(remains_of(r)) >= 3 for r in tuner.server_records()):  # leader + the two escaped
+            assert time.monotonic() < deadline and first.poll() is None, "no server with escaped children"
+            time.sleep(0.1)
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait(timeout=10)
+        os.killpg(tuner.server_records()[0]["pgid"], signal.SIGKILL)  # the group dies; the escaped live on
+        time.sleep(0.2)
+        assert tuner.leftovers(), "the escaped children should outlive their group"
+    finally:
+        first.stdout.close()
+    again = tuner.run("run", "--trials", "2", "--space", str(space), "--simulate", "instant",
+                      env={"TUNER_SIM_FAULTS": ""})
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "ended 1 server(s)" in again.stderr
     assert tuner.leftovers() == {}

@@ -88,6 +88,10 @@ class GpuProbe:
         procs = self._nvml.nvmlDeviceGetComputeRunningProcesses(h)
         return {p.pid: (p.usedGpuMemory or 0) >> 20 for p in procs}
 
+    def holders(self, indices: Iterable[int]) -> dict[int, int]:
+        """pid -> GPU index of the compute processes on these GPUs."""
+        return {pid: i for i in indices for pid in self.processes(i)}
+
 
 class MemoryBaseline:
     """The memory each GPU used before the tuner started anything; a slot is free again only at it."""
@@ -96,10 +100,16 @@ class MemoryBaseline:
         self.probe = probe
         self.tolerance = tolerance_mib
         self.baseline: Mapping[int, int] = probe.used_mib(indices)
+        self.processes_at_start = {i: set(probe.processes(i)) for i in indices}
 
     def settled(self, indices: Iterable[int]) -> bool:
         now = self.probe.used_mib(indices)
         return all(now.get(i, 0) <= self.baseline.get(i, 0) + self.tolerance for i in indices)
+
+    def new_processes(self, indices: Iterable[int]) -> dict[int, int]:
+        """pid -> GPU index for compute processes on these GPUs that were not there at the baseline."""
+        return {pid: i for i in indices for pid in self.probe.processes(i)
+                if pid not in self.processes_at_start.get(i, ())}
 
 
 def parse_gpu_list(text: str) -> tuple[int, ...]:

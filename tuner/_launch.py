@@ -6,12 +6,13 @@ import json
 import os
 import subprocess
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ._errors import UsageError
-from ._procs import start_time
+from ._procs import SERVER_MARKER, start_time
 from ._redact import redact_argv
 
 
@@ -22,6 +23,7 @@ class LaunchRequest:
     workdir: Path
     host: str
     port: int
+    gpu_ids: tuple[int, ...] | None = None
 
 
 @dataclass
@@ -33,6 +35,8 @@ class ServerProcess:
     log_path: Path
     record_path: Path
     started: float  # time.monotonic()
+    marker: str = ""  # the value of SERVER_MARKER in the server's environment
+    start_ticks: int | None = None  # the leader's start time (see _procs.start_time)
 
     @property
     def base_url(self) -> str:
@@ -45,11 +49,13 @@ RECORD_NAME = "server.json"
 
 def launch(request: LaunchRequest) -> ServerProcess:
     request.workdir.mkdir(parents=True, exist_ok=True)
+    # Inherited by every process the server starts, so that one that leaves the process group is still found.
+    marker = uuid.uuid4().hex
     log_path = request.workdir / "server.log"
     with open(log_path, "ab") as log:
         try:
             popen = subprocess.Popen(list(request.argv), stdin=subprocess.DEVNULL, stdout=log,
-                                     stderr=subprocess.STDOUT, env=dict(request.env), cwd=request.workdir,
+                                     stderr=subprocess.STDOUT, env={**request.env, SERVER_MARKER: marker}, cwd=request.workdir,
                                      start_new_session=True)
         except FileNotFoundError:
             raise UsageError(f"server command not found: {request.argv[0]}",
@@ -59,10 +65,13 @@ def launch(request: LaunchRequest) -> ServerProcess:
                              "fix server.command in the space file") from None
     # Recorded so that a worker restarted after being killed can end what it left running,
     # and only that: pid plus start time identify the process even if the pid is reused.
-    record = {"pid": popen.pid, "pgid": popen.pid, "start_time": start_time(popen.pid),
-              "argv": redact_argv(request.argv), "port": request.port, "launched_at": time.time()}
+    ticks = start_time(popen.pid)
+    record = {"pid": popen.pid, "pgid": popen.pid, "start_time": ticks, "marker": marker,
+              "argv": redact_argv(request.argv), "port": request.port, "launched_at": time.time(),
+              "gpu_ids": list(request.gpu_ids) if request.gpu_ids is not None else None}
     record_path = request.workdir / RECORD_NAME
     tmp = record_path.with_suffix(".tmp")
     tmp.write_text(json.dumps(record))
     os.replace(tmp, record_path)
-    return ServerProcess(popen, popen.pid, request.host, request.port, log_path, record_path, time.monotonic())
+    return ServerProcess(popen, popen.pid, request.host, request.port, log_path, record_path, time.monotonic(),
+                         marker, ticks)

@@ -53,6 +53,8 @@ def trial_attrs(result: TrialResult, spec: Spec, extra: Mapping[str, Any] | None
     if result.teardown:
         attrs["teardown_killed"] = result.teardown.killed
         attrs["teardown_leftover_pids"] = list(result.teardown.leftover)
+        attrs["teardown_leftovers"] = [e.as_dict() for e in result.teardown.escaped]
+        attrs["teardown_port_free"] = result.teardown.port_free
     if extra:
         attrs.update(extra)
     return attrs

@@ -142,7 +142,8 @@ def run(options: RunOptions, stream=sys.stderr) -> optuna.Study:
     study = load_or_create(storage, study_name, spec, options.sampler, options.seed, options.on_space_change)
     workdir = Path(options.workdir) / study_name
     workdir.mkdir(parents=True, exist_ok=True)
-    ended = end_orphans(workdir)
+    gpu_probe = None if options.simulate else GpuProbe()
+    ended = end_orphans(workdir, gpu_probe.holders if gpu_probe is not None else None)
     if ended:
         progress.say(f"ended {len(ended)} server(s) left running by an earlier, killed run: groups {ended}")
     died = fail_trials_of_dead_workers(study, workdir)
@@ -158,9 +159,10 @@ def run(options: RunOptions, stream=sys.stderr) -> optuna.Study:
     from optuna.artifacts import FileSystemArtifactStore
 
     engine = get_engine(spec.engine)
-    pool, n_jobs, settled = _slots(options, spec, engine, progress)
+    pool, n_jobs, baseline = _slots(options, spec, engine, progress, gpu_probe)
     ctx = TrialContext(spec, engine, prepared.command, api_key, prepared.env, on_stage=progress.stage,
-                       gpus_settled=settled)
+                       gpus_settled=baseline.settled if baseline else None,
+                       gpu_holders=baseline.new_processes if baseline else None)
     redactor = Redactor(prepared.env, [api_key] if api_key else [])
     worker = Worker(spec, ctx, workdir, options.sampler, FileSystemArtifactStore(str(artifacts)), redactor,
                     on_trial_end=progress.trial_end, pool=pool)
@@ -274,9 +276,8 @@ def _interrupts_cancel(cancel: threading.Event) -> Iterator[None]:
             signal.signal(sig, old)
 
 
-def _slots(options: RunOptions, spec: Spec, engine, progress: Progress):
-    """GPU slots and how many trials run at once."""
-    probe = None if options.simulate else GpuProbe()
+def _slots(options: RunOptions, spec: Spec, engine, progress: Progress, probe: GpuProbe | None):
+    """GPU slots, how many trials run at once, and the GPUs' memory baseline (None where unread)."""
     gpus_text = options.gpus
     if gpus_text is None and probe is not None:
         gpus_text = _detected_gpus(probe)
@@ -289,17 +290,16 @@ def _slots(options: RunOptions, spec: Spec, engine, progress: Progress):
     gpu_ids = parse_gpu_list(gpus_text)
     smallest = _fewest_gpus(spec, engine)
     n_jobs = options.parallel or max(1, len(gpu_ids) // smallest)
-    settled = None
+    baseline = None
     if probe is not None:
         if probe.backend == "none":
             progress.say(f"warning: no GPU visible ({probe.reason}); GPU memory is not checked between trials")
         else:
             check_gpu_ids(probe, gpu_ids)
             baseline = MemoryBaseline(probe, gpu_ids)
-            settled = baseline.settled
     progress.say(f"GPU slots: {len(gpu_ids)} GPUs {list(gpu_ids)}, up to {n_jobs} trials at once "
                  f"(smallest configuration needs {smallest})")
-    return SlotPool(gpu_ids, settled=settled), n_jobs, settled
+    return SlotPool(gpu_ids, settled=baseline.settled if baseline else None), n_jobs, baseline
 
 
 def _detected_gpus(probe: GpuProbe) -> str | None:

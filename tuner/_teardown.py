@@ -2,19 +2,40 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ._launch import ServerProcess
-from ._procs import group_members, port_is_free, signal_group, start_time
+from ._redact import redact_argv
+from ._procs import (command_line, group_members, marked_processes, port_holders, port_is_free, session_of,
+                     signal_group, start_time)
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """A process of the trial found outside its process group, and how it was found."""
+
+    pid: int
+    found_by: str  # "port 30001", "environment marker", "GPU 0 (NVML)"
+    command: str
+    ended: bool = False
+
+    def as_dict(self) -> dict:
+        return {"pid": self.pid, "found_by": self.found_by, "command": self.command, "ended": self.ended}
+
+
+def _leftover(pid: int, found_by: str) -> Leftover:
+    return Leftover(pid, found_by, shlex.join(redact_argv(command_line(pid)))[:300])
 
 
 @dataclass(frozen=True)
@@ -25,11 +46,16 @@ class TeardownResult:
     leftover: tuple[int, ...]  # pids still alive at the end (should be empty)
     port_free: bool
     settled: bool | None = None  # GPU memory back at its baseline (None: not checked)
+    escaped: tuple[Leftover, ...] = ()  # found outside the group (port, marker, GPU) and ended
 
 
 def stop_server(server: ServerProcess, grace: float = 10.0, settle: Callable[[], bool] | None = None,
-                settle_timeout: float = 120.0) -> TeardownResult:
-    """SIGTERM the group, wait up to `grace`, SIGKILL what is left, then wait for the port (and GPU memory)."""
+                settle_timeout: float = 120.0,
+                gpu_holders: Callable[[], Mapping[int, int]] | None = None) -> TeardownResult:
+    """SIGTERM the group, wait up to `grace`, SIGKILL what is left; then end whatever of the trial escaped
+    the group (it holds the port, carries the trial's marker, or NVML lists it on the trial's GPUs), and
+    wait for the port (and GPU memory). `gpu_holders` gives pid -> GPU for processes on the trial's GPUs
+    that were not there at the baseline."""
     t0 = time.monotonic()
     killed = False
     if group_members(server.pgid) or server.popen.poll() is None:
@@ -42,11 +68,61 @@ def stop_server(server: ServerProcess, grace: float = 10.0, settle: Callable[[],
         code = server.popen.wait(timeout=5)
     except subprocess.TimeoutExpired:
         code = None
+    escaped = end_escaped(find_escaped(server.port, server.marker, server.start_ticks, gpu_holders), grace)
     port_free = _wait(lambda: port_is_free(server.host, server.port), 5.0)
     settled = _wait(settle, settle_timeout) if settle is not None else None
-    leftover = tuple(group_members(server.pgid))
+    leftover = sorted({*group_members(server.pgid), *(e.pid for e in escaped if not e.ended)})
     _mark_stopped(server.record_path)
-    return TeardownResult(time.monotonic() - t0, code, killed, leftover, port_free, settled)
+    return TeardownResult(time.monotonic() - t0, code, killed, tuple(leftover), port_free, settled, escaped)
+
+
+def find_escaped(port: int | None, marker: str | None, started_ticks: int | None,
+                 gpu_holders: Callable[[], Mapping[int, int]] | None = None) -> list[Leftover]:
+    """Processes of a server outside its group. A port or GPU holder counts only if it started after the
+    server did: an older process there was not the trial's."""
+    found: dict[int, Leftover] = {}
+    if marker:
+        for pid in marked_processes(marker):
+            found[pid] = _leftover(pid, "environment marker")
+    if port:
+        for pid in port_holders(port):
+            begun = start_time(pid)
+            if pid not in found and begun is not None and (started_ticks is None or begun >= started_ticks):
+                found[pid] = _leftover(pid, f"port {port}")
+    if gpu_holders is not None:
+        for pid, gpu in gpu_holders().items():
+            begun = start_time(pid)
+            if pid not in found and begun is not None and (started_ticks is None or begun >= started_ticks):
+                found[pid] = _leftover(pid, f"GPU {gpu} (NVML)")
+    return list(found.values())
+
+
+def end_escaped(found: list[Leftover], grace: float) -> tuple[Leftover, ...]:
+    """SIGTERM each, SIGKILL after `grace`; each pid is signalled only while it runs with the start time
+    it had when found, so a reused pid is never hit."""
+    if not found:
+        return ()
+    born = {e.pid: start_time(e.pid) for e in found}
+
+    def running(pid: int) -> bool:  # alive, not a zombie, and still the process that was found
+        return born[pid] is not None and start_time(pid) == born[pid] and session_of(pid) is not None
+
+    for e in found:
+        if running(e.pid):
+            _signal(e.pid, signal.SIGTERM)
+    if not _wait(lambda: not any(running(e.pid) for e in found), grace):
+        for e in found:
+            if running(e.pid):
+                _signal(e.pid, signal.SIGKILL)
+        _wait(lambda: not any(running(e.pid) for e in found), 10.0)
+    return tuple(dataclasses.replace(e, ended=not running(e.pid)) for e in found)
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _wait_gone(server: ServerProcess, timeout: float) -> bool:
@@ -121,13 +197,16 @@ def read_record(path: Path) -> dict | None:
     return record if isinstance(record, dict) else None
 
 
-def end_orphans(workdir: Path) -> list[int]:
+def end_orphans(workdir: Path,
+                gpu_processes: Callable[[Sequence[int]], Mapping[int, int]] | None = None) -> list[int]:
     """End servers a previous, killed worker left running, identified by the records it wrote.
 
     Only servers recorded under `workdir` are candidates, and of those only the ones whose worker is
     gone (its worker.json names a pid that no longer runs with the recorded start time): several live
     workers may share one folder. A server record is trusted only while its pid is alive with the
     recorded start time, so a reused pid is never signalled; nothing is ever found by process name.
+    What left the server's group is found as at a trial's own teardown: by the recorded marker, port and
+    GPUs (`gpu_processes` gives pid -> GPU for the compute processes NVML lists on some GPUs).
     """
     ended = []
     for record_path in sorted(workdir.glob("**/server.json")):
@@ -147,11 +226,17 @@ def end_orphans(workdir: Path) -> list[int]:
         pgid = int(record["pgid"])
         members = group_members(pgid)
         leader_alive = start_time(record["pid"]) == record.get("start_time") and record.get("start_time")
-        if members and (leader_alive or _leader_gone_group_kept(record)):
+        ours = bool(members) and (leader_alive or _leader_gone_group_kept(record))
+        if ours:
             signal_group(pgid, signal.SIGTERM)
             if not _wait(lambda: not group_members(pgid), 10.0):
                 signal_group(pgid, signal.SIGKILL)
                 _wait(lambda: not group_members(pgid), 10.0)
+        gpus = record.get("gpu_ids")
+        holders = (lambda: gpu_processes(gpus)) if gpu_processes is not None and gpus else None
+        escaped = end_escaped(find_escaped(record.get("port"), record.get("marker"), record.get("start_time"),
+                                           holders), 10.0)
+        if ours or escaped:
             ended.append(pgid)
         _mark_stopped(record_path)
     return ended

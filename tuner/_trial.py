@@ -54,6 +54,8 @@ class TrialContext:
     on_progress: Callable[[int, float], bool] | None = None
     # On a GPU host: True once the GPUs a trial used are back to their memory baseline.
     gpus_settled: Callable[[tuple[int, ...]], bool] | None = None
+    # On a GPU host: pid -> GPU of compute processes on these GPUs that were not there at the baseline.
+    gpu_holders: Callable[[tuple[int, ...]], Mapping[int, int]] | None = None
     # Set when the run is interrupted: every stage of every running trial stops at its next check.
     cancel: threading.Event = field(default_factory=threading.Event)
 
@@ -104,7 +106,7 @@ def run_trial(ctx: TrialContext, plan: TrialPlan) -> TrialResult:
 
     try:
         with stage("launch"):
-            server = launch(LaunchRequest(argv, env, plan.workdir, spec.server.host, plan.port))
+            server = launch(LaunchRequest(argv, env, plan.workdir, spec.server.host, plan.port, plan.gpu_ids))
         result.log_path = server.log_path
         watcher = LogWatcher(server.log_path, engine)
         with httpx.Client(base_url=server.base_url, headers=headers,
@@ -135,8 +137,11 @@ def run_trial(ctx: TrialContext, plan: TrialPlan) -> TrialResult:
     finally:
         if server is not None:
             with stage("teardown"):
-                settle = (lambda: ctx.gpus_settled(plan.gpu_ids)) if ctx.gpus_settled and plan.gpu_ids else None
-                result.teardown = stop_server(server, settle=settle)
+                settle = holders = None
+                if plan.gpu_ids:
+                    settle = (lambda: ctx.gpus_settled(plan.gpu_ids)) if ctx.gpus_settled else None
+                    holders = (lambda: ctx.gpu_holders(plan.gpu_ids)) if ctx.gpu_holders else None
+                result.teardown = stop_server(server, settle=settle, gpu_holders=holders)
     return result
 
 

@@ -13,6 +13,7 @@ from typing import Any, Mapping
 class Faults:
     ignore_sigterm: bool = False
     child_holds_port: bool = False
+    escape_session: bool = False  # a child calls setsid() and keeps the listening port: outside the group
     stop_answering_after: int | None = None
     http_500_rate: float = 0.0
     slow_start_no_log: float = 0.0

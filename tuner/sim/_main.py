@@ -123,8 +123,8 @@ async def _serve(profile: Profile, setup, values: dict[str, Any], faults: Faults
                     f"{(exc.strerror or str(exc)).lower()}", level="ERROR")
         sys.stdout.flush()
         os._exit(1)
-    if faults.child_holds_port:
-        server.spawn_port_holder(sock)
+    if faults.child_holds_port or faults.escape_session:
+        server.spawn_port_holder(sock, new_session=faults.escape_session)
     api = Api(server)
 
     def access(request: HttpRequest, status: int) -> None:

@@ -322,11 +322,19 @@ class SimServer:
 
     # -- the port ---------------------------------------------------------------------------------------------
 
-    def spawn_port_holder(self, sock: socket.socket) -> None:
-        """The child_holds_port fault: a child keeps a listening socket on the port after the parent dies."""
+    def spawn_port_holder(self, sock: socket.socket, new_session: bool = False) -> None:
+        """A child keeps a listening socket on the port after the parent dies: in the server's process group
+        (child_holds_port), or in a session of its own, out of the group's reach (escape_session)."""
         code = "import signal,time\nwhile True:\n    time.sleep(3600)\n"
-        self.child = subprocess.Popen([sys.executable, "-c", code], pass_fds=(sock.fileno(),),
-                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        quiet = dict(stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # Escaped, the port holder also clears its environment (only the port can find it), and a second
+        # child keeps the environment but no port (only the environment can find it).
+        env = {"PATH": os.environ.get("PATH", "")} if new_session else None
+        self.child = subprocess.Popen([sys.executable, "-c", code], pass_fds=(sock.fileno(),), env=env,
+                                      start_new_session=new_session, **quiet)
+        if new_session:
+            self.helper = subprocess.Popen([sys.executable, "-c", code], start_new_session=True, **quiet)
+            mark("escaped")
 
 
 def _capture_hint(version: str) -> str:
