@@ -111,3 +111,17 @@ def test_restart_after_sigkill_ends_what_escaped_the_group(tuner):
     assert again.returncode == 0, again.stderr[-3000:]
     assert "ended 1 server(s)" in again.stderr
     assert tuner.leftovers() == {}
+
+
+def test_generate_hang_ends_within_the_first_request_timeout(tuner):
+    """/health answers but /generate never does: one wait of the first request's timeout (no retries of a
+    request the server took), recorded as a hang with the time waited."""
+    space = tuner.space(FAULT_SPACE.replace("request-timeout: 10", "request-timeout: 10\n  first-request-timeout: 3"))
+    done = tuner.run("run", "--trials", "1", "--space", str(space), "--simulate", "instant",
+                     env={"TUNER_SIM_FAULTS": "generate_hang"})
+    assert done.returncode == 0, done.stderr
+    t = tuner.study("faults").trials[0]
+    assert t.user_attrs["failure_kind"] == "hang", t.user_attrs.get("failure_message")
+    assert "not answered after 3." in t.user_attrs["failure_message"]
+    assert t.user_attrs["stage_seconds"]["gate"] < 3 + 1
+    assert tuner.leftovers() == {}

@@ -12,6 +12,8 @@ class FailureKind(str, enum.Enum):
     OOM = "oom"
     GRAPH_CAPTURE_FAILED = "graph_capture_failed"
     STARTUP_TIMEOUT = "startup_timeout"
+    # A request reached the server, which never answered it (while it may still answer /health).
+    HANG = "hang"
     # Correctness gate.
     NAN = "nan"
     WRONG_ANSWER = "wrong_answer"

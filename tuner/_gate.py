@@ -33,8 +33,13 @@ class GateResult:
 def run_gate(client: httpx.Client, engine: Engine, spec: GateSpec, *, stage: str = "gate",
              reference: Mapping[str, list[int]] | None = None, vocab_size: int | None = None,
              quick: bool = False) -> GateResult:
-    """Run the checks; raise TrialFailure on the first that fails. `quick` is the after-load re-check."""
+    """Run the checks; raise TrialFailure on the first that fails. `quick` is the after-load re-check.
+
+    The first request of a fresh server gets `first_request_timeout` (first-use compilation); every
+    other request, the re-check's first included, gets `request_timeout`."""
     t0 = time.monotonic()
+    timeouts = _Timeouts(client, spec.request_timeout if quick else spec.first_request_timeout,
+                         spec.request_timeout)
     passed: set[str] = set()
     answers: dict[str, str] = {}
     ids: dict[str, list[int]] = {}
@@ -47,7 +52,7 @@ def run_gate(client: httpx.Client, engine: Engine, spec: GateSpec, *, stage: str
         raise TrialFailure(kind, message, shown, stage)
 
     for item in spec.prompts:
-        completion = _complete(client, engine, item.prompt, spec.max_new_tokens, stage)
+        completion = _complete(client, engine, item.prompt, spec.max_new_tokens, stage, timeouts)
         answers[item.prompt] = completion.text
         ids[item.prompt] = list(completion.token_ids)
         if spec.enabled("finite-logprobs"):
@@ -69,7 +74,7 @@ def run_gate(client: httpx.Client, engine: Engine, spec: GateSpec, *, stage: str
         if quick:
             continue
         if spec.enabled("logprob-consistency") and completion.token_ids:
-            diff = _prefill_diff(client, engine, item.prompt, completion, stage)
+            diff = _prefill_diff(client, engine, item.prompt, completion, stage, timeouts)
             if diff is None:
                 fail(FailureKind.NAN, item.prompt, "re-prefill returned NaN or inf logprobs", completion)
             worst_diff = diff if worst_diff is None else max(worst_diff, diff)
@@ -88,7 +93,7 @@ def run_gate(client: httpx.Client, engine: Engine, spec: GateSpec, *, stage: str
 
     if spec.enabled("determinism") and not quick:
         first = spec.prompts[0].prompt
-        again = _complete(client, engine, first, spec.max_new_tokens, stage)
+        again = _complete(client, engine, first, spec.max_new_tokens, stage, timeouts)
         if list(again.token_ids) != ids[first]:
             fail(FailureKind.INCONSISTENT_LOGPROBS, first, "greedy output differs between two identical requests",
                  again)
@@ -96,20 +101,50 @@ def run_gate(client: httpx.Client, engine: Engine, spec: GateSpec, *, stage: str
     return GateResult(time.monotonic() - t0, tuple(sorted(passed)), answers, ids, worst_diff)
 
 
-def _complete(client: httpx.Client, engine: Engine, prompt: str, max_tokens: int, stage: str) -> Completion:
-    return _request(lambda: engine.complete(client, prompt, max_tokens), stage)
+class _Timeouts:
+    """Sets the client's timeout for each request: the first one's, then the short one."""
+
+    def __init__(self, client: httpx.Client, first: float, rest: float) -> None:
+        self.client, self.first, self.rest, self.used = client, first, rest, 0
+
+    def next(self) -> float:
+        seconds = self.first if self.used == 0 else self.rest
+        self.used += 1
+        self.client.timeout = httpx.Timeout(seconds, connect=5.0)
+        return seconds
 
 
-def _request(call, stage: str):
-    """One gate request, tried up to three times: a single transient error says little about a config."""
-    retrying = tenacity.Retrying(retry=tenacity.retry_if_exception_type(httpx.HTTPError),
+# Errors of a request that cannot have reached the server (or was refused before it was read): worth a
+# retry. A request the server read and did not answer in time is not retried: a hang would cost the
+# timeout once per attempt.
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.RemoteProtocolError)
+
+
+def _retryable(exc: BaseException) -> bool:
+    return isinstance(exc, _NOT_SENT) or isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code >= 500
+
+
+def _complete(client: httpx.Client, engine: Engine, prompt: str, max_tokens: int, stage: str,
+              timeouts: _Timeouts) -> Completion:
+    return _request(lambda: engine.complete(client, prompt, max_tokens), stage, timeouts)
+
+
+def _request(call, stage: str, timeouts: _Timeouts):
+    """One gate request, tried up to three times where it failed before the server could read it, or with
+    a 5xx: a single transient error says little about a configuration."""
+    seconds = timeouts.next()
+    retrying = tenacity.Retrying(retry=tenacity.retry_if_exception(_retryable),
                                  stop=tenacity.stop_after_attempt(3), wait=tenacity.wait_fixed(0.2),
                                  reraise=True)
+    t0 = time.monotonic()
     try:
         return retrying(call)
     except httpx.HTTPStatusError as exc:
         raise TrialFailure(FailureKind.ERRORS_UNDER_LOAD, f"gate request answered HTTP {exc.response.status_code}",
                            exc.response.text[:500], stage) from exc
+    except (httpx.ReadTimeout, httpx.WriteTimeout) as exc:
+        raise TrialFailure(FailureKind.HANG, f"gate request not answered after {time.monotonic() - t0:.1f} s "
+                           f"(timeout {seconds:g} s); the server took it and never answered", "", stage) from exc
     except httpx.TimeoutException as exc:
         raise TrialFailure(FailureKind.ERRORS_UNDER_LOAD, f"gate request timed out ({type(exc).__name__})",
                            "", stage) from exc
@@ -118,9 +153,9 @@ def _request(call, stage: str):
 
 
 def _prefill_diff(client: httpx.Client, engine: Engine, prompt: str, completion: Completion,
-                  stage: str) -> float | None:
+                  stage: str, timeouts: _Timeouts) -> float | None:
     """Mean absolute difference between decode-time and re-prefill logprobs of the same tokens."""
-    prefill = _request(lambda: engine.prefill_logprobs(client, prompt, completion), stage)
+    prefill = _request(lambda: engine.prefill_logprobs(client, prompt, completion), stage, timeouts)
     pairs = list(zip(completion.logprobs, prefill))
     if not pairs or any(a is None or b is None for a, b in pairs):
         return None

@@ -53,7 +53,10 @@ class GateSpec:
     logprob_tolerance: float = 0.05
     agreement_tokens: int = 4
     recheck_after_load: bool = True
-    request_timeout: float = 120.0
+    # The first request of a fresh server may wait out first-use compilation (JIT kernels, torch.compile,
+    # autotuning); every later one answers in seconds on a healthy server, so a short timeout ends a hang.
+    first_request_timeout: float = 600.0
+    request_timeout: float = 60.0
 
     def enabled(self, check: str) -> bool:
         return check in self.checks
@@ -219,7 +222,11 @@ def _parse_gate(s: Section) -> GateSpec:
                     logprob_tolerance=s.get("logprob-tolerance", float, 0.05),
                     agreement_tokens=s.get("agreement-tokens", int, 4),
                     recheck_after_load=s.get("recheck-after-load", bool, True),
-                    request_timeout=s.get("request-timeout", float, 120.0))
+                    first_request_timeout=s.get("first-request-timeout", float, 600.0),
+                    request_timeout=s.get("request-timeout", float, 60.0))
+    for key in ("first-request-timeout", "request-timeout"):
+        if s.data.get(key) is not None and s.data[key] <= 0:
+            raise SpaceError(s.child(key), "must be positive", "give seconds > 0")
     if gate.max_new_tokens < 1:
         raise SpaceError(s.child("max-new-tokens"), "must be at least 1", "give a positive token count")
     if "known-answer" in checks and not any(p.expect for p in prompts):

@@ -23,6 +23,7 @@ class Faults:
     oom_at_capture: bool = False
     nan_when_batch_over: int | None = None
     response_delay: float = 0.0
+    generate_hang: bool = False  # /generate and the OpenAI routes never answer; /health still does
 
 
 _KINDS = {f.name: f.type for f in fields(Faults)}

@@ -142,6 +142,9 @@ class Api:
             for g in s.groups:
                 g.scheduler.crash_pending = Crash("crash_under_load", _ILLEGAL_ACCESS)
                 g.wake.set()
+        if f.generate_hang and s.ready:
+            mark("generate_hang")
+            await s.forever.wait()
         if f.response_delay > 0:
             await asyncio.sleep(f.response_delay)
         if f.http_500_rate > 0 and s.ready and self.rng.random() < f.http_500_rate:
