@@ -37,6 +37,7 @@ def test_fault_is_recorded_with_its_kind_and_nothing_remains(tuner, fault, kind)
         assert t.user_attrs["feasible"] is False
         assert t.constraints["failure"] > 0
         assert t.user_attrs["failure_message"]
+        assert "Traceback (most recent" not in t.user_attrs["failure_message"]  # the exception line instead
     assert len(tuner.server_records()) == 2
     assert tuner.leftovers() == {}
 
@@ -124,4 +125,22 @@ def test_generate_hang_ends_within_the_first_request_timeout(tuner):
     assert t.user_attrs["failure_kind"] == "hang", t.user_attrs.get("failure_message")
     assert "not answered after 3." in t.user_attrs["failure_message"]
     assert t.user_attrs["stage_seconds"]["gate"] < 3 + 1
+    assert tuner.leftovers() == {}
+
+
+@pytest.mark.parametrize("fault, kind", [("nan_when_batch_over=32", "nan"), ("http_500_rate=0.1", "errors_under_load")])
+def test_probe_verdict_stands_against_request_tracebacks_of_a_live_server(tuner, fault, kind):
+    """The live server logs a traceback for each stream the tuner closed at the first NaN (and for each
+    HTTP 500): that is evidence beside the probe's own verdict, not a crash, and it names the exception."""
+    space = tuner.space(FAULT_SPACE)
+    done = tuner.run("run", "--trials", "1", "--space", str(space), "--simulate", "instant",
+                     env={"TUNER_SIM_FAULTS": f"{fault},request_tracebacks"})
+    assert done.returncode == 0, done.stderr
+    t = tuner.study("faults").trials[0]
+    assert t.user_attrs["failure_kind"] == kind, t.user_attrs.get("failure_message")
+    log = (tuner.folder / "runs" / "faults" / "trial-0" / "server.log").read_text()
+    assert "Traceback (most recent call last)" in log
+    message = t.user_attrs["failure_message"]
+    assert "Traceback (most recent" not in message
+    assert "the server's log shows: " in message and "Error: " in message, message
     assert tuner.leftovers() == {}

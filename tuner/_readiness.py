@@ -62,21 +62,31 @@ def wait_until_ready(server: ServerProcess, engine: Engine, watcher: LogWatcher,
 
 def check_alive(server: ServerProcess, watcher: LogWatcher, stage: str,
                 cancel: threading.Event | None = None) -> None:
-    """Raise the trial's failure if the process has exited or the log shows a fatal line."""
+    """Raise the trial's failure if the process has exited or the log names a fatal cause.
+
+    A bare traceback in the log of a live server ends nothing: a server prints one for a single failed
+    request (a client that went away) and goes on serving."""
     if cancel is not None and cancel.is_set():
         raise TrialFailure(FailureKind.INTERRUPTED, "the run was interrupted", "", stage)
     watcher.poll()
     code = server.popen.poll()
-    if watcher.fatal is not None and code is None and time.monotonic() - watcher.fatal.seen_at < SETTLE_S:
-        return  # let the explanation and the exit arrive
-    if watcher.fatal is None and code is None:
-        return
-    if code is not None:
+    fatal = watcher.fatal
+    if code is None:
+        if fatal is None or not fatal.definitive or time.monotonic() - fatal.seen_at < SETTLE_S:
+            return  # alive; or let the explanation and the exit arrive
+    else:
         watcher.poll()
-    kind = watcher.fatal.kind if watcher.fatal else FailureKind.CRASH_ON_START
+        fatal = watcher.fatal
+    raise crash_failure(watcher, stage, code)
+
+
+def crash_failure(watcher: LogWatcher, stage: str, code: int | None) -> TrialFailure:
+    """The failure of a server that exited with `code` (None: alive, with a definitive fatal line)."""
+    fatal = watcher.fatal
+    kind = fatal.kind if fatal else FailureKind.CRASH_ON_START
     if stage != "readiness" and kind is FailureKind.CRASH_ON_START:
         kind = FailureKind.CRASH_UNDER_LOAD
     what = f"server exited with code {code}" if code is not None else "fatal log line"
-    line = watcher.fatal.line if watcher.fatal else ""
-    message = f"{what}: {line.strip()}" if line else what
-    raise TrialFailure(kind, message[:500], watcher.excerpt(around=line or None), stage)
+    cause = watcher.cause()
+    message = f"{what}: {cause}" if cause else what
+    return TrialFailure(kind, message[:500], watcher.excerpt(around=fatal.line if fatal else None), stage)

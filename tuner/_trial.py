@@ -147,16 +147,23 @@ def run_trial(ctx: TrialContext, plan: TrialPlan) -> TrialResult:
 
 @contextlib.contextmanager
 def _explained(server: ServerProcess, watcher: LogWatcher, stage: str) -> Iterator[None]:
-    """When a request fails, the real cause is often that the server died: report that instead."""
+    """When a request fails, the real cause is often that the server died: report that instead.
+
+    Direct evidence stands otherwise: a verdict of the stage (NaN, HTTP 500s, a hang) is replaced only by
+    an exit or a log line that names a fatal cause. A traceback the live server printed meanwhile (often
+    for the very requests the tuner closed at the first NaN) is shown beside the verdict."""
     try:
         yield
     except (TrialFailure, httpx.HTTPError) as exc:
         # Wait briefly for an exit or a fatal line; check_alive raises once either has settled.
         quiet_until = time.monotonic() + SETTLE_S
-        while watcher.fatal is not None or time.monotonic() < quiet_until:
+        while time.monotonic() < quiet_until or (watcher.fatal is not None and watcher.fatal.definitive):
             check_alive(server, watcher, stage)
             time.sleep(0.02)
         if isinstance(exc, TrialFailure):
+            if watcher.fatal is not None:  # a traceback of a live server: evidence, not the verdict
+                exc.message += f" (the server's log shows: {watcher.cause()[:200]})"
+                exc.evidence = "\n".join(filter(None, [exc.evidence, watcher.excerpt(around=watcher.fatal.line)]))
             raise
         raise TrialFailure(FailureKind.CRASH_UNDER_LOAD if stage != "server_info" else FailureKind.CRASH_ON_START,
                            f"request failed: {type(exc).__name__}: {exc}"[:300], watcher.excerpt(), stage) from exc

@@ -46,6 +46,9 @@ class StreamParser(Protocol):
 class FatalPattern:
     regex: re.Pattern[str]
     kind: FailureKind
+    # False for signs a live server also prints for one failed request (a bare traceback): they explain an
+    # exit but end no trial on their own (tuner/_logwatch.py).
+    definitive: bool = True
 
 
 @dataclass
@@ -60,6 +63,7 @@ class Engine:
     model_flag: str = "--model-path"
     # Flags an exported --config file cannot carry; export puts them on the launch line instead.
     launch_line_flags: frozenset[str] = frozenset()
+    _any_fatal: re.Pattern[str] | None = field(default=None, init=False, repr=False)
 
     # -- launching ---------------------------------------------------------------------------------
     def argv(self, command: Sequence[str], model_path: str, host: str, port: int,
@@ -74,10 +78,16 @@ class Engine:
                 n *= value
         return n
 
-    def classify_log_line(self, line: str) -> FailureKind | None:
+    def classify_log_line(self, line: str) -> tuple[FailureKind, bool] | None:
+        """(kind, definitive) of the first pattern the line matches."""
+        if self._any_fatal is None:
+            # One pass of a combined pattern first: almost no line matches, and a burst has millions.
+            self._any_fatal = re.compile("|".join(f"(?:{p.regex.pattern})" for p in self.fatal_patterns) or "$^")
+        if not self._any_fatal.search(line):
+            return None
         for pattern in self.fatal_patterns:
             if pattern.regex.search(line):
-                return pattern.kind
+                return pattern.kind, pattern.definitive
         return None
 
     # -- after start ---------------------------------------------------------------------------------
@@ -134,8 +144,9 @@ def flag_argv(flags: Mapping[str, Any]) -> list[str]:
     return argv
 
 
-def patterns(*pairs: tuple[str, FailureKind]) -> tuple[FatalPattern, ...]:
-    return tuple(FatalPattern(re.compile(rx), kind) for rx, kind in pairs)
+def patterns(*rules: tuple[str, FailureKind] | tuple[str, FailureKind, bool]) -> tuple[FatalPattern, ...]:
+    """(regex, kind) or (regex, kind, definitive) rules."""
+    return tuple(FatalPattern(re.compile(rule[0]), *rule[1:]) for rule in rules)
 
 
 def finite_or_none(value: Any) -> float | None:

@@ -20,8 +20,12 @@ SGLANG_FATAL = patterns(
      K.OOM),
     (r"Capture (cuda|CUDA) graph failed|Capture .*CUDA graph failed", K.GRAPH_CAPTURE_FAILED),
     (r"NaN detected|NaN in the logits", K.NAN),
+    # The scheduler is gone (even where the HTTP process lives on), or the GPU context is lost.
     (r"Scheduler hit an exception|Received sigquit from a child process|Initialization failed\. "
-     r"|Traceback \(most recent call last\)", K.CRASH_ON_START),
+     r"|an illegal memory access was encountered|device-side assert triggered|CUDA error: ", K.CRASH_ON_START),
+    # Also printed by a live server for one request (a client that went away, a response that failed to
+    # encode): it explains an exit, but is no crash while the server lives.
+    (r"Traceback \(most recent call last\)", K.CRASH_ON_START, False),
 )
 
 

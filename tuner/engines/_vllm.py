@@ -54,9 +54,11 @@ VLLM_FATAL = patterns(
      r"|EngineCore failed to start|Engine core initialization failed"
      r"|Frontend process failed during engine core initialization"
      r"|Engine process failed to start|EngineDeadError"
-     r"|\.py: error: (argument |unrecognized arguments|the following arguments)"
-     r"|^(\(\w+ pid=\d+\) )?([A-Za-z_][\w.]*\.)?(?!ValidationError)[A-Za-z_]\w*(Error|Exception): ",
-     K.CRASH_ON_START),
+     r"|\.py: error: (argument |unrecognized arguments|the following arguments)", K.CRASH_ON_START),
+    # The last line of any other traceback: it names an exit's cause, but a live server prints it for one
+    # failed request too.
+    (r"^(\(\w+ pid=\d+\) )?([A-Za-z_][\w.]*\.)?(?!ValidationError)[A-Za-z_]\w*(Error|Exception): ",
+     K.CRASH_ON_START, False),
 )
 
 # Flag (as written in a space file) -> (section of the resolved VllmConfig, field).

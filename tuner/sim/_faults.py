@@ -23,6 +23,8 @@ class Faults:
     oom_at_capture: bool = False
     nan_when_batch_over: int | None = None
     response_delay: float = 0.0
+    # A live server's per-request tracebacks: for each stream the client closes early and each HTTP 500.
+    request_tracebacks: bool = False
     generate_hang: bool = False  # /generate and the OpenAI routes never answer; /health still does
 
 

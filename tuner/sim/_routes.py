@@ -149,6 +149,8 @@ class Api:
             await asyncio.sleep(f.response_delay)
         if f.http_500_rate > 0 and s.ready and self.rng.random() < f.http_500_rate:
             mark("http_500")
+            if f.request_tracebacks:
+                self.s.log.raw(request_traceback("RuntimeError: the response could not be encoded"))
             return Response(500, b"Internal Server Error", "text/plain; charset=utf-8")
         return None
 
@@ -206,6 +208,8 @@ class Api:
         finally:
             if not req.done:
                 self.s.abort(req, group)
+                if self.s.faults.request_tracebacks:
+                    self.s.log.raw(request_traceback("ConnectionResetError: [Errno 104] Connection reset by peer"))
 
     # -- /generate --------------------------------------------------------------------------------------------
 
@@ -530,3 +534,13 @@ def _delta(req: GenRequest, sent: int) -> str:
     if isinstance(stop, str) and stop != "NaN happened" and stop in delta:
         delta = delta[: delta.rfind(stop)]
     return delta
+
+
+def request_traceback(exc_line: str) -> str:
+    """What uvicorn logs when one request's handler raises: the server goes on serving."""
+    return ("ERROR:    Exception in ASGI application\nTraceback (most recent call last):\n"
+            '  File "/usr/local/lib/python3.12/dist-packages/uvicorn/protocols/http/httptools_impl.py", line 409, '
+            "in run_asgi\n    result = await app(  # type: ignore[func-returns-value]\n"
+            '  File "/usr/local/lib/python3.12/dist-packages/starlette/responses.py", line 246, in stream_response\n'
+            "    await send({\"type\": \"http.response.body\", \"body\": chunk, \"more_body\": True})\n"
+            f"{exc_line}\n")

@@ -1,0 +1,102 @@
+"""The log watcher on real log files: exception lines of real traceback shapes, bounded memory in a burst."""
+
+from __future__ import annotations
+
+import resource
+import subprocess
+import sys
+import textwrap
+
+from tuner._failures import FailureKind
+from tuner._logwatch import MAX_LINE, LogWatcher, exception_line
+from tuner.engines import get_engine
+
+JAX_CHAIN = textwrap.dedent("""\
+    [2026-12-03 10:00:01] Scheduler hit an exception: Traceback (most recent call last):
+      File "/venv/lib/python3.11/site-packages/sgl_jax/srt/managers/scheduler.py", line 1210, in run_scheduler_process
+        scheduler = Scheduler(server_args)
+    jax.errors.SimplifiedTraceback: For simplicity, JAX has removed its internal frames from the traceback of the following exception. Set JAX_TRACEBACK_FILTERING=off to include these.
+
+    The above exception was the direct cause of the following exception:
+
+    Traceback (most recent call last):
+      File "/venv/lib/python3.11/site-packages/sgl_jax/srt/layers/attention/flashattention_backend.py", line 88, in __init__
+        raise NotImplementedError("TPU version must be 4 or higher")
+    NotImplementedError: TPU version must be 4 or higher
+    [2026-12-03 10:00:01] Received sigquit from a child process. It usually means the child failed.
+    """)
+
+GROUP = textwrap.dedent("""\
+    ERROR:    Exception in ASGI application
+      + Exception Group Traceback (most recent call last):
+      |   File "/venv/lib/python3.11/site-packages/starlette/_utils.py", line 76, in collapse_excgroups
+      |     yield
+      | ExceptionGroup: unhandled errors in a TaskGroup (1 sub-exception)
+      +-+---------------- 1 ----------------
+        | Traceback (most recent call last):
+        |   File "/venv/lib/python3.11/site-packages/sgl_jax/srt/entrypoints/http_server.py", line 400, in stream_results
+        |     yield b"data: " + orjson.dumps(out) + b"\\n\\n"
+        | TypeError: Type is not JSON serializable: numpy.float64
+        +------------------------------------
+    INFO:     127.0.0.1:50000 - "POST /generate HTTP/1.1" 200 OK
+    """)
+
+MULTILINE = textwrap.dedent("""\
+    Traceback (most recent call last):
+      File "x.py", line 1, in <module>
+    torch.AcceleratorError: CUDA error: an illegal memory access was encountered
+    CUDA kernel errors might be asynchronously reported at some other API call
+    For debugging consider passing CUDA_LAUNCH_BLOCKING=1
+    [2026-12-03 10:00:02] next record
+    """)
+
+
+def test_exception_line_follows_chains_and_groups():
+    assert exception_line(JAX_CHAIN.splitlines()) == "NotImplementedError: TPU version must be 4 or higher"
+    assert exception_line(GROUP.splitlines()[1:]) == "TypeError: Type is not JSON serializable: numpy.float64"
+    assert exception_line(MULTILINE.splitlines()) == \
+        "torch.AcceleratorError: CUDA error: an illegal memory access was encountered"
+
+
+def test_watcher_names_the_exception_and_ranks_a_bare_traceback_below_a_fatal_cause(tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text(GROUP)
+    watcher = LogWatcher(log, get_engine("sglang"))
+    watcher.poll()
+    assert watcher.fatal is not None and not watcher.fatal.definitive  # a live server's request error
+    assert watcher.cause() == "TypeError: Type is not JSON serializable: numpy.float64"
+    with log.open("a") as f:
+        f.write(JAX_CHAIN)
+    watcher.poll()
+    assert watcher.fatal.definitive and watcher.fatal.kind is FailureKind.CRASH_ON_START
+    assert watcher.cause() == "NotImplementedError: TPU version must be 4 or higher"
+    assert "NotImplementedError" in watcher.excerpt(around=watcher.fatal.line)
+
+
+def test_a_burst_of_log_output_keeps_the_watcher_small(tmp_path):
+    """60 MB of log lines plus one 20 MB line: the watcher's memory stays bounded (in a child process, so
+    that its peak resident memory is its own)."""
+    code = textwrap.dedent(f"""
+        import resource, sys
+        from pathlib import Path
+        from tuner._logwatch import LogWatcher
+        from tuner.engines import get_engine
+        log = Path(sys.argv[1])
+        watcher = LogWatcher(log, get_engine("sglang"))
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        with log.open("w") as f:
+            for i in range(3):
+                f.write(("[2026-12-03 10:00:00 TP0] Decode batch, #running-req: 64, token usage: 0.40 " * 2 + "\\n")
+                        * 120_000)
+                f.write("x" * 20_000_000 + "\\n")
+        while watcher.poll():
+            pass
+        after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        print(watcher.lines_seen, max(len(line) for line in watcher.tail), (after - before) // 1024)
+    """)
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "burst.log")], capture_output=True, text=True,
+                         timeout=300, check=True).stdout.split()
+    lines, longest, grown_mb = map(int, out)
+    assert lines == 3 * 120_001
+    assert longest == MAX_LINE
+    assert grown_mb < 30, f"the watcher grew by {grown_mb} MB reading 120 MB of log"
