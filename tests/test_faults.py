@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -143,4 +145,28 @@ def test_probe_verdict_stands_against_request_tracebacks_of_a_live_server(tuner,
     message = t.user_attrs["failure_message"]
     assert "Traceback (most recent" not in message
     assert "the server's log shows: " in message and "Error: " in message, message
+    assert tuner.leftovers() == {}
+
+
+def test_log_burst_keeps_the_tuner_small_and_the_stored_log_capped(tuner):
+    """60 MB of log lines in a burst: the tuner (measured in its own process) stays under 150 MB, and the
+    one log kept per trial is capped at the space's server.log-cap-mb, head and tail with the cut marked."""
+    space = tuner.space(FAULT_SPACE.replace("  stall-timeout: 3\n", "  stall-timeout: 3\n  log-cap-mb: 4\n"))
+    code = ("import resource, runpy, sys\nsys.argv = ['tuner', *sys.argv[1:]]\ntry:\n"
+            "    runpy.run_module('tuner', run_name='__main__', alter_sys=True)\nfinally:\n"
+            "    print('PEAK_RSS_KB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n")
+    done = subprocess.run([sys.executable, "-c", code, "run", "--trials", "2", "--space", str(space),
+                           "--simulate", "instant"], cwd=tuner.folder, capture_output=True, text=True, timeout=300,
+                          env={**tuner.env, "TUNER_SIM_FAULTS": "log_burst=60"}, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-3000:]
+    peak_mb = int(done.stderr.rsplit("PEAK_RSS_KB", 1)[1].split()[0]) / 1024
+    assert peak_mb < 150, f"tuner peak memory {peak_mb:.0f} MB"
+    trials = tuner.study("faults").get_trials()
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 2
+    for t in trials:
+        log = tuner.folder / "runs" / "faults" / f"trial-{t.number}" / "server.log"
+        assert log.stat().st_size <= 4 * (1 << 20) + 200
+        assert b"bytes of this log cut here" in log.read_bytes()
+    stored = [p for p in (tuner.folder / "runs" / "artifacts").rglob("*") if p.is_file()]
+    assert len(stored) == 2 and all(p.stat().st_size <= 4 * (1 << 20) + 200 for p in stored)
     assert tuner.leftovers() == {}

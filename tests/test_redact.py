@@ -18,3 +18,35 @@ def test_redactor_masks_secret_values_in_text():
     redact = Redactor({"HF_TOKEN": "hf_abcdef", "PATH": "/usr/bin"}, extra=["key-999"])
     text = "server_args=ServerArgs(api_key='key-999', token=hf_abcdef) PATH=/usr/bin"
     assert redact(text) == f"server_args=ServerArgs(api_key='{MASK}', token={MASK}) PATH=/usr/bin"
+
+
+def test_stored_log_is_masked_streamed_and_capped_with_the_cut_marked(tmp_path):
+    from tuner._record import store_log
+    from tuner._redact import Redactor
+    from tuner._space import ServerConfig
+    from tuner._trial import TrialResult
+
+    secret = "sk-" + "q" * 40
+    log = tmp_path / "server.log"
+    with log.open("w") as f:
+        f.write(f"--api-key {secret}\n")
+        for i in range(200_000):
+            f.write(f"line {i} token={secret}\n" if i % 5000 == 0 else f"line {i} of the burst\n")
+        last = f"last line {secret}\n"
+        # One long line whose secret straddles the tail's cut (1 MiB before the end): no line end is near.
+        after = (1 << 20) - len(last) - 1 - (len(secret) - 20)
+        f.write("y" * 3_000_000 + secret + "y" * after + "\n")
+        f.write(last)
+    result = TrialResult(0, ServerConfig({}, {}), log_path=log)
+    store_log(result, Redactor({"OPENAI_API_KEY": secret}), cap_mb=2)
+    kept = log.read_bytes()
+    assert secret.encode() not in kept and b"qqqqqqqqqq" not in kept
+    assert len(kept) <= 2 * (1 << 20) + 200
+    assert kept.startswith(b"--api-key ***\n") and kept.endswith(b"last line ***\n")
+    assert b"bytes of this log cut here" in kept and b"server.log-cap-mb: 2" in kept
+    assert not (tmp_path / "server.log.tmp").exists()
+
+    small = tmp_path / "small.log"
+    small.write_text(f"a {secret} b\n" * 3)
+    store_log(TrialResult(0, ServerConfig({}, {}), log_path=small), Redactor({"X_TOKEN": secret}), cap_mb=2)
+    assert small.read_text() == "a *** b\n" * 3

@@ -6,6 +6,7 @@ constraint, because optuna-dashboard 0.21 does not display constraints set with 
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Mapping
 from typing import Any
@@ -109,14 +110,40 @@ def save_note(trial: optuna.Trial, markdown: str) -> None:
     _save(trial, markdown)
 
 
-def redact_log(result: TrialResult, redactor: Redactor) -> None:
-    """Rewrite the server log with secret values masked (servers print their own arguments)."""
-    if result.log_path is None or not result.log_path.exists():
+def store_log(result: TrialResult, redactor: Redactor, cap_mb: float) -> None:
+    """Rewrite the server log as the one copy kept of it: secret values masked (servers print their own
+    arguments), and past `cap_mb`, its head and its tail with the cut marked. Streamed, so that a log of
+    any size costs a block of memory; written aside and moved in place, so that it is never half-written."""
+    path = result.log_path
+    if path is None or not path.exists():
         return
-    text = result.log_path.read_text(errors="replace")
-    clean = redactor(text)
-    if clean != text:
-        result.log_path.write_text(clean)
+    cap = int(cap_mb * (1 << 20))
+    size = path.stat().st_size
+    tmp = path.with_name(path.name + ".tmp")
+    with open(path, "rb") as src, open(tmp, "wb") as dst:
+        if size <= cap:
+            redactor.copy(src, dst, size)
+        else:
+            # Cut where no part of a secret can be left unmasked: at a line's end (no secret spans one),
+            # or inside a very long line with a secret's length dropped on each side of the cut.
+            margin = redactor.longest
+            head = _line_end(src, cap // 2) or cap // 2 - margin
+            tail = _line_end(src, size - cap // 2) or size - cap // 2 + margin
+            src.seek(0)
+            redactor.copy(src, dst, head)
+            dst.write(f"\n[tuner: {tail - head:,} bytes of this log cut here; the log kept per trial is capped "
+                      f"at server.log-cap-mb: {cap_mb:g}]\n".encode())
+            src.seek(tail)
+            redactor.copy(src, dst, size - tail)
+    os.replace(tmp, path)
+
+
+def _line_end(f: Any, at: int, within: int = 1 << 16) -> int | None:
+    """The offset just past the first newline in `within` bytes from `at`; None where there is none."""
+    f.seek(at)
+    block = f.read(within)
+    nl = block.find(b"\n")
+    return at + nl + 1 if nl >= 0 else None
 
 
 def upload_log(trial: optuna.Trial, result: TrialResult, store: Any) -> None:

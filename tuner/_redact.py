@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, BinaryIO
 
 MASK = "***"
 # Names that end in _TOKEN or _KEY, or contain SECRET/PASSWORD: HF_TOKEN, OPENAI_API_KEY, DB_PASSWORD;
@@ -49,8 +49,35 @@ class Redactor:
         values = [v for k, v in env.items() if is_secret_name(k) and len(v) >= 4]
         values += [v for v in extra if v and len(v) >= 4]
         self._values = sorted(set(values), key=len, reverse=True)
+        self.longest = max((len(v.encode()) for v in self._values), default=0)  # bytes
 
     def __call__(self, text: str) -> str:
         for value in self._values:
             text = text.replace(value, MASK)
         return text
+
+    def copy(self, src: BinaryIO, dst: BinaryIO, size: int, block: int = 1 << 20) -> None:
+        """Copy `size` bytes from `src` to `dst` with the secrets masked, a block at a time. A secret cut
+        by a block's end is kept whole for the next block."""
+        pattern = re.compile(b"|".join(re.escape(v.encode()) for v in self._values)) if self._values else None
+        keep = max(self.longest - 1, 0)
+        carry = b""
+        left = size
+        while left > 0:
+            data = src.read(min(block, left))
+            if not data:
+                break
+            left -= len(data)
+            buf = carry + data
+            if pattern is None:
+                dst.write(buf)
+                carry = b""
+                continue
+            cut = len(buf) if left <= 0 else max(0, len(buf) - keep)
+            for match in pattern.finditer(buf):
+                if match.start() < cut < match.end():
+                    cut = match.end()
+            dst.write(pattern.sub(MASK.encode(), buf[:cut]))
+            carry = buf[cut:]
+        if carry:
+            dst.write(pattern.sub(MASK.encode(), carry) if pattern is not None else carry)

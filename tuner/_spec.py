@@ -37,6 +37,7 @@ class ServerSpec:
     stall_timeout: float = 600.0
     gpus: int | None = None
     api_key_env: str | None = None
+    log_cap_mb: float = 16.0  # the server log kept per trial: past this, its head and tail with the cut marked
 
 
 @dataclass(frozen=True)
@@ -193,8 +194,9 @@ def _parse_server(s: Section) -> ServerSpec:
         stall_timeout=s.get("stall-timeout", float, 600.0),
         gpus=s.get("gpus", int, None),
         api_key_env=s.get("api-key-env", str, None),
+        log_cap_mb=s.get("log-cap-mb", float, 16.0),
     )
-    for key in ("startup-timeout", "stall-timeout"):
+    for key in ("startup-timeout", "stall-timeout", "log-cap-mb"):
         if s.data.get(key) is not None and s.data[key] <= 0:
             raise SpaceError(s.child(key), "must be positive", "give seconds > 0")
     s.done()

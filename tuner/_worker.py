@@ -24,7 +24,7 @@ from optuna.trial import TrialState
 from ._errors import TunerError
 from ._failures import FailureKind, FailureRecord
 from ._procs import free_port
-from ._record import FEASIBILITY, note_markdown, redact_log, save_note, trial_attrs, upload_log
+from ._record import FEASIBILITY, note_markdown, save_note, store_log, trial_attrs, upload_log
 from ._redact import Redactor
 from ._slots import NotEnoughGpus, SlotPool
 from ._space import ServerConfig
@@ -283,7 +283,7 @@ class Worker:
 
     # -- outcomes -----------------------------------------------------------------------------------
     def _finish(self, trial: optuna.Trial, result: TrialResult, extra: dict[str, Any]) -> float | list[float]:
-        redact_log(result, self.redactor)
+        store_log(result, self.redactor, self.spec.server.log_cap_mb)
         attrs = trial_attrs(result, self.spec, extra)
         values = None
         if result.ok:

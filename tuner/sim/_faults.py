@@ -25,6 +25,7 @@ class Faults:
     response_delay: float = 0.0
     # A live server's per-request tracebacks: for each stream the client closes early and each HTTP 500.
     request_tracebacks: bool = False
+    log_burst: float = 0.0  # MB of log lines written at once at the first generate request
     generate_hang: bool = False  # /generate and the OpenAI routes never answer; /health still does
 
 

@@ -142,6 +142,10 @@ class Api:
             for g in s.groups:
                 g.scheduler.crash_pending = Crash("crash_under_load", _ILLEGAL_ACCESS)
                 g.wake.set()
+        if f.log_burst > 0 and s.ready and not s.burst_done:
+            s.burst_done = True
+            mark("log_burst")
+            s.log.burst(int(f.log_burst * 1e6))
         if f.generate_hang and s.ready:
             mark("generate_hang")
             await s.forever.wait()

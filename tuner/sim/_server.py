@@ -104,6 +104,7 @@ class SimServer:
         self.frozen = False  # stop_answering_after fired
         self.forever = asyncio.Event()  # never set: what a hung server waits on
         self.request_count = 0
+        self.burst_done = False  # log_burst fired
         self.groups: list[Group] = []
         self.next_group = 0
         self.rid_counter = 0
