@@ -170,3 +170,29 @@ def test_log_burst_keeps_the_tuner_small_and_the_stored_log_capped(tuner):
     stored = [p for p in (tuner.folder / "runs" / "artifacts").rglob("*") if p.is_file()]
     assert len(stored) == 2 and all(p.stat().st_size <= 4 * (1 << 20) + 200 for p in stored)
     assert tuner.leftovers() == {}
+
+
+def test_logprob_consistency_uses_the_prompt_ids_from_tokenize_or_is_skipped_with_its_reason(tuner):
+    """An answer without input_token_logprobs: the re-prefill gets the prompt's ids from /tokenize and the
+    check passes; where /tokenize is missing too, the check is skipped with the reason recorded, and the
+    healthy configuration is not failed."""
+    space = tuner.space(FAULT_SPACE)
+    done = tuner.run("run", "--trials", "1", "--space", str(space), "--simulate", "instant",
+                     env={"TUNER_SIM_FAULTS": "no_input_logprobs"})
+    assert done.returncode == 0, done.stderr
+    t = tuner.study("faults").trials[0]
+    assert t.user_attrs["feasible"] is True, t.user_attrs.get("failure_message")
+    assert "logprob-consistency" in t.user_attrs["gate_checks"]
+    assert t.user_attrs["gate_max_logprob_diff"] < 0.05
+    log = (tuner.folder / "runs" / "faults" / "trial-0" / "server.log").read_text()
+    assert '"POST /tokenize HTTP/1.1" 200' in log
+
+    space = tuner.space(FAULT_SPACE.replace("name: faults", "name: faults2"), name="space2.yaml")
+    done = tuner.run("run", "--trials", "1", "--space", str(space), "--simulate", "instant",
+                     env={"TUNER_SIM_FAULTS": "no_input_logprobs,no_tokenize"})
+    assert done.returncode == 0, done.stderr
+    t = tuner.study("faults2").trials[0]
+    assert t.user_attrs["feasible"] is True, t.user_attrs.get("failure_message")
+    assert "logprob-consistency" not in t.user_attrs["gate_checks"]
+    assert "/tokenize answered HTTP 404" in t.user_attrs["gate_skipped"]["logprob-consistency"]
+    assert tuner.leftovers() == {}

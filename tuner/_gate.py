@@ -17,7 +17,7 @@ import tenacity
 from ._failures import FailureKind, TrialFailure
 from ._spec import GateSpec
 from ._textcheck import degenerate_reason, nan_positions
-from .engines import Completion, Engine
+from .engines import CheckSkipped, Completion, Engine
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class GateResult:
     answers: Mapping[str, str]  # prompt -> text
     reference: Mapping[str, list[int]]  # prompt -> greedy token ids, for later trials to agree with
     max_logprob_diff: float | None = None
-    notes: list[str] = field(default_factory=list)
+    skipped: Mapping[str, str] = field(default_factory=dict)  # check -> why it could not be done
 
 
 def run_gate(client: httpx.Client, engine: Engine, spec: GateSpec, *, stage: str = "gate",
@@ -44,6 +44,7 @@ def run_gate(client: httpx.Client, engine: Engine, spec: GateSpec, *, stage: str
     answers: dict[str, str] = {}
     ids: dict[str, list[int]] = {}
     worst_diff: float | None = None
+    skipped: dict[str, str] = {}
 
     def fail(kind: FailureKind, prompt: str, message: str, completion: Completion | None = None) -> None:
         shown = f"prompt: {prompt!r}\noutput: {completion.text[:300]!r}" if completion else f"prompt: {prompt!r}"
@@ -74,15 +75,19 @@ def run_gate(client: httpx.Client, engine: Engine, spec: GateSpec, *, stage: str
         if quick:
             continue
         if spec.enabled("logprob-consistency") and completion.token_ids:
-            diff = _prefill_diff(client, engine, item.prompt, completion, stage, timeouts)
-            if diff is None:
-                fail(FailureKind.NAN, item.prompt, "re-prefill returned NaN or inf logprobs", completion)
-            worst_diff = diff if worst_diff is None else max(worst_diff, diff)
-            if diff > spec.logprob_tolerance:
-                fail(FailureKind.INCONSISTENT_LOGPROBS, item.prompt,
-                     f"decode and re-prefill logprobs differ by {diff:.4f} on average "
-                     f"(tolerance {spec.logprob_tolerance})", completion)
-            passed.add("logprob-consistency")
+            try:
+                diff = _prefill_diff(client, engine, item.prompt, completion, stage, timeouts)
+            except CheckSkipped as exc:
+                skipped["logprob-consistency"] = str(exc)
+            else:
+                if diff is None:
+                    fail(FailureKind.NAN, item.prompt, "re-prefill returned NaN or inf logprobs", completion)
+                worst_diff = diff if worst_diff is None else max(worst_diff, diff)
+                if diff > spec.logprob_tolerance:
+                    fail(FailureKind.INCONSISTENT_LOGPROBS, item.prompt,
+                         f"decode and re-prefill logprobs differ by {diff:.4f} on average "
+                         f"(tolerance {spec.logprob_tolerance})", completion)
+                passed.add("logprob-consistency")
         if spec.enabled("baseline-agreement") and reference and item.prompt in reference:
             want = reference[item.prompt][: spec.agreement_tokens]
             got = list(completion.token_ids[: spec.agreement_tokens])
@@ -98,7 +103,7 @@ def run_gate(client: httpx.Client, engine: Engine, spec: GateSpec, *, stage: str
             fail(FailureKind.INCONSISTENT_LOGPROBS, first, "greedy output differs between two identical requests",
                  again)
         passed.add("determinism")
-    return GateResult(time.monotonic() - t0, tuple(sorted(passed)), answers, ids, worst_diff)
+    return GateResult(time.monotonic() - t0, tuple(sorted(passed)), answers, ids, worst_diff, skipped)
 
 
 class _Timeouts:

@@ -45,6 +45,8 @@ def trial_attrs(result: TrialResult, spec: Spec, extra: Mapping[str, Any] | None
     if result.gate:
         attrs["gate_checks"] = list(result.gate.checks)
         attrs["gate_answers"] = {p: t[:200] for p, t in result.gate.answers.items()}
+        if result.gate.skipped:
+            attrs["gate_skipped"] = dict(result.gate.skipped)
         if result.gate.max_logprob_diff is not None:
             attrs["gate_max_logprob_diff"] = round(result.gate.max_logprob_diff, 6)
     if result.probe:
@@ -94,6 +96,8 @@ def note_markdown(result: TrialResult, attrs: Mapping[str, Any], feasible: bool)
                       f"output {attrs.get('output_throughput', 0):.1f} tok/s, total "
                       f"{attrs.get('total_throughput', 0):.1f} tok/s, p99 TTFT {attrs.get('p99_ttft_ms', 0):.0f} ms, "
                       f"p99 ITL {attrs.get('p99_itl_ms', 0):.1f} ms.")
+        for check, why in attrs.get("gate_skipped", {}).items():
+            blocks.append(f"**Check skipped:** {check}: {why}")
         if attrs.get("slo_violations"):
             blocks.append(f"**SLO violated:** {', '.join(attrs['slo_violations'])}")
     if result.overrides:

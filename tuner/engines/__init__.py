@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._base import Completion, Engine, StreamEvent, flag_argv
+from ._base import CheckSkipped, Completion, Engine, StreamEvent, flag_argv
 from ._sglang import SGLang
 
 
@@ -16,4 +16,4 @@ def get_engine(name: str) -> Engine:
     raise KeyError(name)
 
 
-__all__ = ["Completion", "Engine", "StreamEvent", "flag_argv", "get_engine", "SGLang"]
+__all__ = ["CheckSkipped", "Completion", "Engine", "StreamEvent", "flag_argv", "get_engine", "SGLang"]

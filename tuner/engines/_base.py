@@ -17,6 +17,11 @@ import httpx
 from .._failures import FailureKind
 
 
+class CheckSkipped(Exception):
+    """A gate check that this server's answers do not allow (ids it cannot give, or that do not line up):
+    the reason is recorded and the trial goes on; nothing is concluded about the configuration."""
+
+
 @dataclass(frozen=True)
 class Completion:
     """One greedy completion, as the gate sees it."""
@@ -157,3 +162,23 @@ def finite_or_none(value: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return v if v == v and v not in (float("inf"), float("-inf")) else None
+
+
+def prompt_ids_from_server(client: httpx.Client, prompt: str) -> list[int]:
+    """The prompt's token ids from the server's own tokenizer: `POST /tokenize` (SGLang and vLLM)."""
+    response = client.post("/tokenize", json={"prompt": prompt})
+    if response.status_code in (400, 404, 405, 422):
+        raise CheckSkipped(f"the answer carried no prompt token ids and /tokenize answered HTTP "
+                           f"{response.status_code}")
+    response.raise_for_status()
+    tokens = response.json().get("tokens")
+    if not tokens or not all(isinstance(t, int) for t in tokens):
+        raise CheckSkipped("the answer carried no prompt token ids and /tokenize gave none")
+    return tokens
+
+
+def check_ids_line_up(asked: list[int], got: list[int], n: int) -> None:
+    """The re-prefill must report logprobs for exactly the ids it was asked about (its last `n`)."""
+    if len(got) < n or got[len(got) - n:] != asked[len(asked) - n:] or (len(got) == len(asked) and got != asked):
+        raise CheckSkipped(f"the re-prefill reported ids {got[-n:][:8]}..., not the completion's "
+                           f"{asked[-n:][:8]}...: its logprobs cannot be compared")

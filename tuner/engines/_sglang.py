@@ -9,7 +9,8 @@ from typing import Any
 import httpx
 
 from .._failures import FailureKind
-from ._base import Completion, Engine, StreamEvent, finite_or_none, flag_argv, patterns
+from ._base import (Completion, Engine, StreamEvent, check_ids_line_up, finite_or_none, flag_argv, patterns,
+                    prompt_ids_from_server)
 
 K = FailureKind
 
@@ -79,14 +80,18 @@ class SGLang(Engine):
                           logprobs=tuple(finite_or_none(t[0]) for t in out), prompt_ids=prompt_ids)
 
     def prefill_logprobs(self, client: httpx.Client, prompt: str, completion: Completion) -> tuple[float | None, ...]:
-        body = {"input_ids": list(completion.prompt_ids) + list(completion.token_ids),
-                "sampling_params": {"max_new_tokens": 0, "temperature": 0.0},
+        # With the prompt in front: the output's first token then has a logprob (the first of a prefill has
+        # none, which without the prompt would read as NaN).
+        prompt_ids = list(completion.prompt_ids) or prompt_ids_from_server(client, prompt)
+        ids = prompt_ids + list(completion.token_ids)
+        body = {"input_ids": ids, "sampling_params": {"max_new_tokens": 0, "temperature": 0.0},
                 "return_logprob": True, "logprob_start_len": 0}
         response = client.post("/generate", json=body)
         response.raise_for_status()
         entries = response.json().get("meta_info", {}).get("input_token_logprobs") or []
-        tail = entries[len(entries) - len(completion.token_ids):] if completion.token_ids else []
-        return tuple(finite_or_none(t[0]) for t in tail)
+        n = len(completion.token_ids)
+        check_ids_line_up(ids, [int(t[1]) for t in entries], n)
+        return tuple(finite_or_none(t[0]) for t in entries[len(entries) - n:])
 
     def stream_request(self, prompt: str | list[int], max_tokens: int, logprobs: bool) -> tuple[str, dict]:
         body: dict[str, Any] = {"sampling_params": {"max_new_tokens": max_tokens, "temperature": 0.0,

@@ -30,7 +30,8 @@ from typing import Any
 import httpx
 
 from .._failures import FailureKind
-from ._base import Completion, Engine, StreamEvent, finite_or_none, flag_argv, patterns
+from ._base import (CheckSkipped, Completion, Engine, StreamEvent, finite_or_none, flag_argv, patterns,
+                    prompt_ids_from_server)
 
 K = FailureKind
 
@@ -186,9 +187,7 @@ class VLLM(Engine):
     def prefill_logprobs(self, client: httpx.Client, prompt: str, completion: Completion) -> tuple[float | None, ...]:
         if not completion.token_ids:
             return ()
-        ids = list(completion.prompt_ids) + list(completion.token_ids)
-        if not completion.prompt_ids:
-            raise ValueError("the completion has no prompt token ids to re-prefill")
+        ids = list(completion.prompt_ids or prompt_ids_from_server(client, prompt)) + list(completion.token_ids)
         # max_tokens 0 is refused ("max_tokens must be at least 1"); prompt_logprobs 0 gives, per prompt
         # position after the first, the logprob of the prompt's own token.
         body = {"prompt": ids, "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": 0}
@@ -198,11 +197,13 @@ class VLLM(Engine):
         entries = choice.get("prompt_logprobs") or []
         n = len(completion.token_ids)
         if len(entries) != len(ids):
-            return (None,) * n
+            raise CheckSkipped(f"the re-prefill gave {len(entries)} prompt logprobs for {len(ids)} ids")
         out: list[float | None] = []
         for token, entry in zip(ids[-n:], entries[-n:]):
             item = (entry or {}).get(str(token))
-            out.append(finite_or_none(item.get("logprob")) if isinstance(item, Mapping) else None)
+            if not isinstance(item, Mapping):
+                raise CheckSkipped(f"the re-prefill's prompt logprobs do not name token {token} where it stands")
+            out.append(finite_or_none(item.get("logprob")))
         return tuple(out)
 
     def stream_request(self, prompt: str | list[int], max_tokens: int, logprobs: bool) -> tuple[str, dict]:

@@ -26,6 +26,8 @@ class Faults:
     # A live server's per-request tracebacks: for each stream the client closes early and each HTTP 500.
     request_tracebacks: bool = False
     log_burst: float = 0.0  # MB of log lines written at once at the first generate request
+    no_input_logprobs: bool = False  # /generate of a text prompt omits input_token_logprobs (prompt ids)
+    no_tokenize: bool = False  # /tokenize answers 404, as in servers without it
     generate_hang: bool = False  # /generate and the OpenAI routes never answer; /health still does
 
 

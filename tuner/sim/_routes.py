@@ -46,8 +46,9 @@ class Api:
             "/server_info": self.server_info, "/get_server_info": self.server_info,
             "/v1/models": self.models, "/flush_cache": self.flush_cache, "/generate": self.generate,
             "/v1/completions": self.completions, "/v1/chat/completions": self.chat,
+            "/tokenize": self.tokenize, "/v1/tokenize": self.tokenize,
         }
-        self.post_only = {"/generate", "/v1/completions", "/v1/chat/completions"}
+        self.post_only = {"/generate", "/v1/completions", "/v1/chat/completions", "/tokenize", "/v1/tokenize"}
         self.get_only = {"/model_info", "/get_model_info", "/server_info", "/get_server_info", "/v1/models",
                          "/health", "/health_generate", "/ready"}
 
@@ -124,6 +125,21 @@ class Api:
                 g.cache.clear()
         self.s.log.sched("Cache flushed successfully!")
         return Response(200, FLUSH_TEXT, "text/plain; charset=utf-8")
+
+    async def tokenize(self, http: HttpRequest) -> Response:
+        """SGLang's /tokenize (entrypoints/openai/serving_tokenize.py): a prompt's ids with the tokenizer
+        that /generate uses for text."""
+        if self.s.faults.no_tokenize:
+            return NOT_FOUND
+        body = http.json()
+        prompt = body.get("prompt") if isinstance(body, dict) else None
+        if prompt is None:
+            raise BadRequest("prompt is required")
+        prompts = prompt if isinstance(prompt, list) else [prompt]
+        tokens = [self.s.tokenizer.encode(str(p)) for p in prompts]
+        return json_response({"tokens": tokens if isinstance(prompt, list) else tokens[0],
+                              "count": [len(t) for t in tokens] if isinstance(prompt, list) else len(tokens[0]),
+                              "max_model_len": self.s.knobs.context_length})
 
     def max_input_len(self) -> int:
         return min(self.s.knobs.context_length - 1, self.s.setup.memory.kv_tokens * max(1, self.s.knobs.attn_dp) - 1)
@@ -293,7 +309,8 @@ class Api:
             start = len(req.prompt_ids) if item.logprob_start_len < 0 else min(item.logprob_start_len,
                                                                                len(req.prompt_ids))
             with_text = item.text_in_logprobs
-            meta["input_token_logprobs"] = self._triples(req.in_logprobs, req.prompt_ids[start:], with_text)
+            if not (self.s.faults.no_input_logprobs and item.text is not None):
+                meta["input_token_logprobs"] = self._triples(req.in_logprobs, req.prompt_ids[start:], with_text)
             meta["output_token_logprobs"] = self._triples(req.out_logprobs, req.out_ids, with_text)
             if item.top_logprobs_num:
                 meta["input_top_logprobs"] = self._tops(req.in_top, with_text)
