@@ -196,3 +196,33 @@ def test_logprob_consistency_uses_the_prompt_ids_from_tokenize_or_is_skipped_wit
     assert "logprob-consistency" not in t.user_attrs["gate_checks"]
     assert "/tokenize answered HTTP 404" in t.user_attrs["gate_skipped"]["logprob-consistency"]
     assert tuner.leftovers() == {}
+
+
+def test_slow_server_is_measured_within_the_probe_budget(tuner):
+    """A server that streams one token every 2 s: the probe ends each level at its share of
+    probe.time-budget and records what streamed until then, instead of minutes per trial."""
+    space = tuner.space(FAULT_SPACE.replace("  warmup: 0\n", "  warmup: 0\n  time-budget: 6\n"))
+    done = tuner.run("run", "--trials", "1", "--space", str(space), "--simulate", "instant",
+                     env={"TUNER_SIM_FAULTS": "slow_drip=2"})
+    assert done.returncode == 0, done.stderr
+    t = tuner.study("faults").trials[0]
+    assert t.state == TrialState.COMPLETE, t.user_attrs.get("failure_message")
+    assert t.user_attrs["cut"] is True
+    assert 0 < t.user_attrs["output_throughput"] < 100
+    assert t.user_attrs["stage_seconds"]["probe"] < 6 + 2
+    assert tuner.leftovers() == {}
+
+
+def test_pruner_stops_a_slow_server_once_it_cannot_catch_up_with_the_best(tuner):
+    """After a healthy baseline, a configuration whose server drips tokens is stopped by the pruner at its
+    first judged point, long before its budget."""
+    space = tuner.space(FAULT_SPACE.replace("  warmup: 0\n", "  warmup: 0\n  time-budget: 120\n"))
+    done = tuner.run("run", "--trials", "1", "--space", str(space), "--simulate", "instant")
+    assert done.returncode == 0, done.stderr
+    done = tuner.run("run", "--trials", "2", "--space", str(space), "--simulate", "instant",
+                     env={"TUNER_SIM_FAULTS": "slow_drip=0.5"})
+    assert done.returncode == 0, done.stderr
+    slow = tuner.study("faults").trials[1]
+    assert slow.state == TrialState.PRUNED and slow.user_attrs.get("stopped_early"), slow.user_attrs
+    assert slow.user_attrs["stage_seconds"]["probe"] < 60
+    assert tuner.leftovers() == {}

@@ -41,6 +41,7 @@ class WorkItem:
 
 @dataclass
 class RequestResult:
+    started: bool = False  # sent (a level cut at its deadline counts the tokens of those still streaming)
     ok: bool = False
     error: str = ""
     ttft: float = 0.0
@@ -64,6 +65,7 @@ class LevelMetrics:
     output_throughput: float
     total_throughput: float
     latency_ms: Mapping[str, float]  # e.g. {"p99_ttft_ms": ..., "mean_itl_ms": ...}
+    cut: bool = False  # ended at its share of probe.time-budget: figures over what streamed until then
 
     def metric(self, name: str) -> float:
         if name in self.latency_ms:
@@ -73,7 +75,7 @@ class LevelMetrics:
     def as_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in ("concurrency", "duration", "completed", "errors", "total_input_tokens",
                                             "total_output_tokens", "request_throughput", "output_throughput",
-                                            "total_throughput")}
+                                            "total_throughput", "cut")}
         d.update(self.latency_ms)
         return d
 
@@ -127,6 +129,12 @@ def _jitter(rng: random.Random, mean: int, ratio: float) -> int:
 
 Progress = Callable[[int, float], bool]  # (step, throughput so far) -> stop?
 
+# The pruner hears a level's throughput so far at each of these shares of its output tokens (in
+# thousandths: step = level index * 1000 + share), so every trial reports at the same steps, and a slow
+# server reports its first figure after 1% of its tokens rather than after its first finished requests.
+PROGRESS_EVERY = 10
+TICK_S = 0.25
+
 
 def run_probe(base_url: str, headers: Mapping[str, str], engine: Engine, spec: ProbeSpec,
               alive: Callable[[], None], objective_level: int | None = None,
@@ -142,6 +150,7 @@ async def _probe(base_url: str, headers: Mapping[str, str], engine: Engine, spec
                  alive: Callable[[], None], objective_level: int | None, on_progress: Progress | None,
                  check_text: bool) -> ProbeResult:
     t0 = time.monotonic()
+    deadline = time.perf_counter() + spec.time_budget
     # Not httpx: its per-chunk cost capped what one core could measure (see tuner/_stream_client.py).
     # The semaphore of each level bounds the connections; the timeout is per read, as httpx's was.
     async with StreamClient(base_url, headers, read_timeout=spec.request_timeout, connect_timeout=10.0) as client:
@@ -150,16 +159,25 @@ async def _probe(base_url: str, headers: Mapping[str, str], engine: Engine, spec
             if spec.warmup:
                 warm = make_workload(spec, spec.warmup, salt=-1)
                 await _race(watch, asyncio.gather(*(_one(client, engine, WorkItem(w.prompt, min(16, w.output_len)),
-                                                         False, check_text) for w in warm)))
+                                                         False, check_text, RequestResult()) for w in warm)))
+            # Each level (the check wave too) may use an equal share of what is left of the budget.
+            left = len(spec.concurrency) + bool(spec.check_tokens)
+
+            def share() -> float:
+                nonlocal left
+                left -= 1
+                now = time.perf_counter()
+                return now + (deadline - now) / (left + 1)
+
             if spec.check_tokens:
-                await _race(watch, _check_wave(client, engine, spec, check_text))
+                await _race(watch, _check_wave(client, engine, spec, check_text, share()))
             target = objective_level if objective_level is not None else max(spec.concurrency)
             levels = []
             for step_base, conc in enumerate(spec.concurrency):
                 work = make_workload(spec, spec.requests, salt=conc)
                 report = on_progress if conc == target else None
                 levels.append(await _race(watch, _level(client, engine, spec, conc, work, report, step_base,
-                                                          check_text)))
+                                                          check_text, share())))
         finally:
             watch.cancel()
     return ProbeResult(time.monotonic() - t0, tuple(levels))
@@ -182,7 +200,8 @@ async def _race(watch: asyncio.Task, work: Any) -> Any:
     return task.result()
 
 
-async def _check_wave(client: StreamClient, engine: Engine, spec: ProbeSpec, check_text: bool) -> None:
+async def _check_wave(client: StreamClient, engine: Engine, spec: ProbeSpec, check_text: bool,
+                      deadline: float) -> None:
     """Before the timed levels: one request per slot of the highest level at once, each asking for the
     logprob of every token, so that NaN in batched decode shows (and ends the trial at its first token).
 
@@ -194,49 +213,71 @@ async def _check_wave(client: StreamClient, engine: Engine, spec: ProbeSpec, che
     concurrency = max(spec.concurrency)
     work = [WorkItem(w.prompt, min(spec.check_tokens, w.output_len))
             for w in make_workload(spec, concurrency, salt=-2)]
-    await _level(client, engine, spec, concurrency, work, None, 0, check_text, logprobs=True)
+    await _level(client, engine, spec, concurrency, work, None, 0, check_text, deadline, logprobs=True)
 
 
 async def _level(client: StreamClient, engine: Engine, spec: ProbeSpec, concurrency: int,
                  work: Sequence[WorkItem], report: Progress | None, step_base: int,
-                 check_text: bool, logprobs: bool = False) -> LevelMetrics:
+                 check_text: bool, deadline: float, logprobs: bool = False) -> LevelMetrics:
     semaphore = asyncio.Semaphore(concurrency)
-    results: list[RequestResult] = []
+    results = [RequestResult() for _ in work]
     start = time.perf_counter()
-    every = max(1, len(work) // 10)
-    stop = asyncio.Event()
+    expected_tokens = sum(item.output_len for item in work)
     # More failed requests than this and the level fails whatever the rest do.
     allowed_errors = spec.max_error_rate * len(work)
     errors = 0
-    pruned = False
+    pruned = cut = False
+    reported = 0
 
-    async def worker(item: WorkItem) -> None:
-        nonlocal errors, pruned
+    def progress() -> None:
+        """Feeds the pruner at each PROGRESS_EVERY thousandths of the level's tokens, streamed or done."""
+        nonlocal reported, pruned
+        if report is None or pruned:
+            return
+        tokens = sum(r.output_tokens for r in results if r.started and (r.ok or not r.error))
+        share = min(1000, 1000 * tokens // max(1, expected_tokens)) // PROGRESS_EVERY * PROGRESS_EVERY
+        if share > reported:
+            reported = share
+            if report(step_base * 1000 + share, tokens / max(time.perf_counter() - start, 1e-9)):
+                pruned = True
+                end_level()
+
+    def end_level() -> None:
+        for task in tasks:
+            if task is not asyncio.current_task():
+                task.cancel()
+
+    async def worker(item: WorkItem, result: RequestResult) -> None:
+        nonlocal errors
         async with semaphore:
-            if stop.is_set():
-                return
-            result = await _one(client, engine, item, logprobs, check_text)
-            results.append(result)
+            await _one(client, engine, item, logprobs, check_text, result)
             errors += not result.ok
             if result.problem or errors > allowed_errors:
                 # The verdict is in: end the level now rather than when the requests still streaming
                 # finish, which on a real server can be minutes of a broken configuration.
-                stop.set()
-                for task in tasks:
-                    if task is not asyncio.current_task():
-                        task.cancel()
+                end_level()
                 return
-            if report and len(results) % every == 0:
-                elapsed = time.perf_counter() - start
-                rate = sum(r.output_tokens for r in results if r.ok) / elapsed if elapsed > 0 else 0.0
-                if report(step_base * 1000 + len(results), rate):
-                    pruned = True
-                    stop.set()
+            progress()
 
-    tasks = [asyncio.ensure_future(worker(item)) for item in work]
-    for outcome in await asyncio.gather(*tasks, return_exceptions=True):
-        if isinstance(outcome, BaseException) and not isinstance(outcome, asyncio.CancelledError):
-            raise outcome
+    async def ticker() -> None:
+        """Between completions (a slow server finishes none for minutes): progress, and the deadline."""
+        nonlocal cut
+        while not pruned:
+            await asyncio.sleep(TICK_S)
+            if time.perf_counter() >= deadline:
+                cut = True
+                end_level()
+                return
+            progress()
+
+    tasks = [asyncio.ensure_future(worker(item, result)) for item, result in zip(work, results)]
+    tick = asyncio.ensure_future(ticker())
+    try:
+        for outcome in await asyncio.gather(*tasks, return_exceptions=True):
+            if isinstance(outcome, BaseException) and not isinstance(outcome, asyncio.CancelledError):
+                raise outcome
+    finally:
+        tick.cancel()
     duration = time.perf_counter() - start
     # NaN is the cause, garbage text its usual symptom: when both show, report the cause.
     broken = next((r for r in results if r.problem.startswith("NaN")), None) \
@@ -248,7 +289,9 @@ async def _level(client: StreamClient, engine: Engine, spec: ProbeSpec, concurre
                            f"output: {broken.text[:300]!r}", "probe")
     if pruned:
         raise ProbeStopped()
-    return _metrics(concurrency, duration, results, spec)
+    finished = [r for r in results if r.ok or r.error]
+    streaming = [r for r in results if r.started and not (r.ok or r.error)] if cut else []
+    return _metrics(concurrency, duration, finished, spec, streaming, cut)
 
 
 class ProbeStopped(Exception):
@@ -256,9 +299,9 @@ class ProbeStopped(Exception):
 
 
 async def _one(client: StreamClient, engine: Engine, item: WorkItem, want_logprobs: bool,
-               check_text: bool) -> RequestResult:
+               check_text: bool, result: RequestResult) -> RequestResult:
     path, body = engine.stream_request(item.prompt, item.output_len, want_logprobs)
-    result = RequestResult()
+    result.started = True
     tally = _Tally(result, engine.stream_parser())
     # Timed from before the connection is taken, as vLLM's and SGLang's benchmark clients time it.
     tally.sent = tally.last = time.perf_counter()
@@ -318,13 +361,17 @@ class _Tally:
                 result.itl.append((now - self.last) / max(new, 1))
             self.last = now
             self.tokens = max(count, self.tokens)
+            result.output_tokens = self.tokens  # live, for a level cut at its deadline and for the pruner
         if event.text:
             result.text = event.text
         if event.prompt_tokens:
             result.prompt_tokens = event.prompt_tokens
 
 
-def _metrics(concurrency: int, duration: float, results: Sequence[RequestResult], spec: ProbeSpec) -> LevelMetrics:
+def _metrics(concurrency: int, duration: float, results: Sequence[RequestResult], spec: ProbeSpec,
+             streaming: Sequence[RequestResult] = (), cut: bool = False) -> LevelMetrics:
+    """Figures of the finished requests; a level cut at its deadline adds the tokens and first-token times
+    of the requests still streaming then."""
     ok = [r for r in results if r.ok]
     errors = len(results) - len(ok)
     if results and errors / len(results) > spec.max_error_rate:
@@ -332,9 +379,9 @@ def _metrics(concurrency: int, duration: float, results: Sequence[RequestResult]
         raise TrialFailure(FailureKind.ERRORS_UNDER_LOAD,
                            f"{errors} of {len(results)} requests failed at concurrency {concurrency} "
                            f"(allowed share {spec.max_error_rate:g}); first: {sample}", "", "probe")
-    out_tokens = sum(r.output_tokens for r in ok)
-    in_tokens = sum(r.prompt_tokens or spec.input_len for r in ok)
-    ttft = [r.ttft for r in ok]
+    out_tokens = sum(r.output_tokens for r in [*ok, *streaming])
+    in_tokens = sum(r.prompt_tokens or spec.input_len for r in [*ok, *streaming] if r.ttft or r.ok)
+    ttft = [r.ttft for r in [*ok, *streaming] if r.ttft or r.ok]
     tpot = [(r.latency - r.ttft) / (r.output_tokens - 1) for r in ok if r.output_tokens > 1]
     itl = [x for r in ok for x in r.itl]
     e2e = [r.latency for r in ok]
@@ -345,7 +392,7 @@ def _metrics(concurrency: int, duration: float, results: Sequence[RequestResult]
             latency[f"{stat}_{name}_ms"] = fn(values) * 1000.0
     d = duration if duration > 0 else math.inf
     return LevelMetrics(concurrency, duration, len(ok), errors, in_tokens, out_tokens, len(ok) / d,
-                        out_tokens / d, (in_tokens + out_tokens) / d, latency)
+                        out_tokens / d, (in_tokens + out_tokens) / d, latency, cut)
 
 
 def _mean(values: Sequence[float]) -> float:

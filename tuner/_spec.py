@@ -77,6 +77,9 @@ class ProbeSpec:
     max_error_rate: float = 0.0
     # Output tokens of each request of the untimed check wave (0: none); see tuner/_probe.py.
     check_tokens: int = 32
+    # Seconds the whole probe may take; each level (the check wave too) gets an equal share of what is left
+    # and is cut at its end, its figures taken over what streamed until then.
+    time_budget: float = 1800.0
 
 
 @dataclass(frozen=True)
@@ -252,11 +255,14 @@ def _parse_probe(s: Section) -> ProbeSpec:
         output_len=s.get("output-len", int, 256), len_jitter=s.get("len-jitter", float, 0.0),
         warmup=s.get("warmup", int, 2), seed=s.get("seed", int, 0), dataset=s.get("dataset", str, None),
         request_timeout=s.get("request-timeout", float, 600.0),
-        max_error_rate=s.get("max-error-rate", float, 0.0), check_tokens=s.get("check-tokens", int, 32))
+        max_error_rate=s.get("max-error-rate", float, 0.0), check_tokens=s.get("check-tokens", int, 32),
+        time_budget=s.get("time-budget", float, 1800.0))
     for key, value in (("requests", probe.requests), ("input-len", probe.input_len),
                        ("output-len", probe.output_len)):
         if value < 1:
             raise SpaceError(s.child(key), "must be at least 1", "give a positive number")
+    if probe.time_budget <= 0:
+        raise SpaceError(s.child("time-budget"), "must be positive", "give seconds > 0, e.g. 1800")
     if probe.check_tokens < 0:
         raise SpaceError(s.child("check-tokens"), "must not be negative", "give 32, say, or 0 for no check wave")
     if not 0 <= probe.len_jitter < 1:

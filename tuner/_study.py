@@ -429,5 +429,6 @@ def _wait_initialised(study: optuna.Study, spec: Spec, sampler_name: str) -> str
 def _pruner(spec: Spec) -> optuna.pruners.BasePruner:
     if spec.objective.second_metric:
         return optuna.pruners.NopPruner()  # report/should_prune raise on multi-objective studies
-    # Steps are completed probe requests; judge only after a third of them.
-    return optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=max(1, spec.probe.requests // 3))
+    from ._pruner import BehindTheBest
+
+    return BehindTheBest()

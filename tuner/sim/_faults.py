@@ -28,6 +28,7 @@ class Faults:
     log_burst: float = 0.0  # MB of log lines written at once at the first generate request
     no_input_logprobs: bool = False  # /generate of a text prompt omits input_token_logprobs (prompt ids)
     no_tokenize: bool = False  # /tokenize answers 404, as in servers without it
+    slow_drip: float = 0.0  # seconds added to each decode step of streamed requests: one token per that time
     generate_hang: bool = False  # /generate and the OpenAI routes never answer; /health still does
 
 

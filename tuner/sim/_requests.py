@@ -42,7 +42,8 @@ class GenRequest(Req):
     __slots__ = ("tok", "prompt_ids", "sampling", "numerics", "plan", "plan_at", "h", "prompt_h", "hashes",
                  "return_logprob", "logprob_start_len", "top_logprobs_num", "out_ids", "out_logprobs", "out_top",
                  "pieces", "finish", "in_logprobs", "in_top", "notify", "stream_interval", "rng", "created_wall",
-                 "finished_wall", "first_wall", "ids_json", "text_json", "lp_json", "with_text", "in_json")
+                 "finished_wall", "first_wall", "ids_json", "text_json", "lp_json", "with_text", "in_json",
+                 "streamed")
 
     def __init__(self, rid: str, tok: Tokenizer, prompt_ids: list[int], sampling: Sampling, numerics: Numerics,
                  plan: list[int] | None, *, return_logprob: bool = False, logprob_start_len: int = -1,
@@ -76,6 +77,7 @@ class GenRequest(Req):
         self.text_json = bytearray()
         self.lp_json = bytearray()
         self.with_text = False
+        self.streamed = False
         self.in_json: bytes | None = None
 
     # -- the scheduler's hooks --------------------------------------------------------------------------------

@@ -215,6 +215,7 @@ class Api:
     async def _events(self, item: Item) -> AsyncIterator[GenRequest]:
         """Yields the request each time it has new output to stream; aborts it if the client goes away."""
         req, group, event = self._start(item)
+        req.streamed = True
         sent = -1
         try:
             while True:

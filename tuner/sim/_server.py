@@ -261,6 +261,10 @@ class SimServer:
                 await group.wake.wait()
                 continue
             await group.clock.sleep(batch.duration)
+            if self.faults.slow_drip and any(getattr(r, "streamed", False) for r in batch.decode):
+                mark("slow_drip")
+                await asyncio.sleep(self.faults.slow_drip)
+                group.clock.resync()
             if self.frozen:
                 await self.forever.wait()
             finished = sched.complete(batch, group.clock.sim)
