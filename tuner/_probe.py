@@ -134,6 +134,9 @@ Progress = Callable[[int, float], bool]  # (step, throughput so far) -> stop?
 # server reports its first figure after 1% of its tokens rather than after its first finished requests.
 PROGRESS_EVERY = 10
 TICK_S = 0.25
+# The pruner's word is acted on only after this long into a level: stopping a level that ends within
+# seconds anyway saves nothing, and its first figures are mostly noise.
+JUDGE_AFTER_S = 5.0
 
 
 def run_probe(base_url: str, headers: Mapping[str, str], engine: Engine, spec: ProbeSpec,
@@ -238,7 +241,8 @@ async def _level(client: StreamClient, engine: Engine, spec: ProbeSpec, concurre
         share = min(1000, 1000 * tokens // max(1, expected_tokens)) // PROGRESS_EVERY * PROGRESS_EVERY
         if share > reported:
             reported = share
-            if report(step_base * 1000 + share, tokens / max(time.perf_counter() - start, 1e-9)):
+            elapsed = max(time.perf_counter() - start, 1e-9)
+            if report(step_base * 1000 + share, tokens / elapsed) and elapsed >= JUDGE_AFTER_S:
                 pruned = True
                 end_level()
 
