@@ -87,6 +87,8 @@ CASES = [
     Case("NaN, request tracebacks in the log", "nan", "nan", faults="nan_when_batch_over=32,request_tracebacks"),
     Case("HTTP 500s, request tracebacks in the log", "errors_under_load", "http_500",
          faults="http_500_rate=0.1,request_tracebacks"),
+    Case("in-stream error events on 20% of requests", "errors_under_load", "stream_error",
+         faults="stream_error_rate=0.2"),
     Case("60 MB log burst", "none", "log_burst", faults="log_burst=60"),
     Case("slow drip (a token every 2 s)", "none", "slow_drip", faults="slow_drip=2", visible=False),
 ]

@@ -407,3 +407,6 @@ def test_0523_deprecated_boolean_flag_goes_on_the_launch_line(tuner, merger_clas
     namespace = parser.parse_args(merger_class(parser=parser).merge_config_with_args(args))
     assert namespace.disable_cuda_graph is True
     assert namespace.host == "127.0.0.1"
+    # best.sh beside it launches the same: --config best.yaml plus the flag the file cannot carry.
+    script = (tuner.folder / "best.sh").read_text()
+    assert '--config "$(dirname "$0")/best.yaml" --disable-cuda-graph "$@"' in script

@@ -226,3 +226,16 @@ def test_pruner_stops_a_slow_server_once_it_cannot_catch_up_with_the_best(tuner)
     assert slow.state == TrialState.PRUNED and slow.user_attrs.get("stopped_early"), slow.user_attrs
     assert slow.user_attrs["stage_seconds"]["probe"] < 60
     assert tuner.leftovers() == {}
+
+
+def test_in_stream_error_events_are_failed_requests(tuner):
+    """SGLang reports an error found after the response started as HTTP 200, an error event, then [DONE]:
+    the probe counts those requests as failed, not as one-token successes."""
+    space = tuner.space(FAULT_SPACE)
+    done = tuner.run("run", "--trials", "1", "--space", str(space), "--simulate", "instant",
+                     env={"TUNER_SIM_FAULTS": "stream_error_rate=0.2"})
+    assert done.returncode == 0, done.stderr
+    t = tuner.study("faults").trials[0]
+    assert t.user_attrs["failure_kind"] == "errors_under_load", t.user_attrs.get("failure_message")
+    assert "stream error: Internal server error" in t.user_attrs["failure_message"]
+    assert tuner.leftovers() == {}

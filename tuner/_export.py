@@ -13,12 +13,38 @@ from pathlib import Path
 import optuna
 import yaml
 
-from ._redact import redact_env
+from ._redact import redact_argv, redact_env
 from ._results import CONFIRMED_ATTR, best_trial, load_study, pareto_front
 from .engines import flag_argv, get_engine
 
 
-def render(study: optuna.Study, trial: optuna.trial.FrozenTrial, fmt: str) -> str:
+def launch_command(study: optuna.Study, engine) -> list[str]:
+    """How to start the engine the study measured: its recorded server command, or for a simulated study
+    (whose server was tuner.sim) the engine's own launcher."""
+    recorded = study.user_attrs.get("server_command")
+    if not recorded or study.user_attrs.get("simulate"):
+        return list(engine.display_command)
+    return redact_argv(recorded)
+
+
+def launch_argv(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> list[str]:
+    """The whole command line of the trial's server, less host and port: what `best.sh` runs."""
+    attrs = trial.user_attrs
+    engine = get_engine(attrs.get("engine", study.user_attrs.get("engine", "sglang")))
+    return [*launch_command(study, engine), engine.model_flag, attrs.get("model_path", ""),
+            *flag_argv(dict(attrs.get("flags", {})))]
+
+
+def needs_script(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
+    """Whether a --config file alone cannot reproduce the trial: the server has no --config (sglang-jax),
+    or a flag must stay on the command line (deprecated booleans SGLang's --config refuses)."""
+    engine = get_engine(trial.user_attrs.get("engine", study.user_attrs.get("engine", "sglang")))
+    flags = trial.user_attrs.get("flags", {})
+    return not study.user_attrs.get("server_takes_config", True) or any(
+        k in engine.launch_line_flags and v not in (None, False) for k, v in flags.items())
+
+
+def render(study: optuna.Study, trial: optuna.trial.FrozenTrial, fmt: str, script: str | None = None) -> str:
     attrs = trial.user_attrs
     engine = get_engine(attrs.get("engine", study.user_attrs.get("engine", "sglang")))
     flags = dict(attrs.get("flags", {}))
@@ -30,16 +56,34 @@ def render(study: optuna.Study, trial: optuna.trial.FrozenTrial, fmt: str) -> st
                   "confirmed": study.user_attrs.get(CONFIRMED_ATTR) == trial.number}
         return json.dumps(record, indent=2, default=str) + "\n"
     if fmt == "cmd":
-        argv = [*engine.display_command, engine.model_flag, model, *flag_argv(flags)]
-        return " ".join([f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())] + [shlex.join(argv)]) + "\n"
+        return " ".join([f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())]
+                        + [shlex.join(launch_argv(study, trial))]) + "\n"
     launch_line = {k: v for k, v in flags.items() if k in engine.launch_line_flags}
     in_file = {k: v for k, v in flags.items() if k not in launch_line}
     body = yaml.safe_dump(engine.config_file(in_file, model), sort_keys=False, default_flow_style=False)
-    return _header(study, trial, env, engine, flag_argv(launch_line)) + body
+    return _header(study, trial, env, launch_command(study, engine), flag_argv(launch_line), script) + body
 
 
-def _header(study: optuna.Study, trial: optuna.trial.FrozenTrial, env: dict[str, str], engine,
-            launch_argv: list[str]) -> str:
+def render_script(study: optuna.Study, trial: optuna.trial.FrozenTrial, config: Path) -> str:
+    """A launch script that alone starts the measured server: the --config file plus the flags it cannot
+    carry, or the whole command line for a server without --config. Extra arguments (--host, --port) follow."""
+    env = redact_env(trial.user_attrs.get("env", {}))
+    engine = get_engine(trial.user_attrs.get("engine", study.user_attrs.get("engine", "sglang")))
+    if study.user_attrs.get("server_takes_config", True):
+        kept = {k: v for k, v in trial.user_attrs.get("flags", {}).items() if k in engine.launch_line_flags}
+        command = (f'{shlex.join(launch_command(study, engine))} --config "$(dirname "$0")/{config.name}" '
+                   f'{shlex.join(flag_argv(kept))}')
+    else:
+        command = shlex.join(launch_argv(study, trial))
+    lines = ["#!/bin/sh", f"# Trial {trial.number} of study '{study.study_name}', exported by tuner: the server as it "
+             "was measured.", "# Extra arguments are passed on, e.g.: --host 0.0.0.0 --port 30000"]
+    lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
+    lines.append(f'exec {command} "$@"')
+    return "\n".join(lines) + "\n"
+
+
+def _header(study: optuna.Study, trial: optuna.trial.FrozenTrial, env: dict[str, str], command: list[str],
+            launch_argv: list[str], script: str | None) -> str:
     a = trial.user_attrs
     confirmed = study.user_attrs.get(CONFIRMED_ATTR) == trial.number
     metrics = ", ".join(f"{k} {a[k]:.1f}" for k in ("output_throughput", "total_throughput", "p99_ttft_ms",
@@ -55,10 +99,16 @@ def _header(study: optuna.Study, trial: optuna.trial.FrozenTrial, env: dict[str,
     if env:
         lines += ["", "Environment this configuration needs (a --config file cannot set it):"]
         lines += [f"  export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
-    launch = [*engine.display_command, "--config", "THIS_FILE", *launch_argv, "--host", "127.0.0.1", "--port", "30000"]
     if launch_argv:
         lines += ["", f"{' '.join(launch_argv)} must stay on the command line: SGLang's --config refuses it"]
-    lines += ["", f"Launch: {shlex.join(launch)}"]
+    if study.user_attrs.get("server_takes_config", True):
+        launch = [*command, "--config", "THIS_FILE", *launch_argv, "--host", "127.0.0.1", "--port", "30000"]
+        lines += ["", f"Launch: {shlex.join(launch)}"]
+        if script:
+            lines.append(f"  (or: sh {script} --host 127.0.0.1 --port 30000, which does the same)")
+    else:
+        lines += ["", f"Launch: sh {script} --host 127.0.0.1 --port 30000",
+                  "  (this server has no --config: the script holds the whole command line)"]
     return "".join(f"# {line}\n" if line else "#\n" for line in lines)
 
 
@@ -71,13 +121,20 @@ def export(storage: str, study_name: str | None, out: str | None, fmt: str, numb
               file=sys.stderr)
         for t in sorted(front, key=lambda t: t.number):
             print(f"  trial {t.number}: {', '.join(f'{v:.1f}' for v in t.values)}", file=sys.stderr)
-    text = render(study, trial, fmt)
-    if out == "-" or (out is None and fmt != "yaml"):
+    path = None if out == "-" or (out is None and fmt != "yaml") else Path(out or "best.yaml")
+    script = path.with_suffix(".sh") if path is not None and fmt == "yaml" and needs_script(study, trial) else None
+    text = render(study, trial, fmt, script.name if script else None)
+    if path is None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
         return None
-    path = Path(out or "best.yaml")
     _write_atomically(path, text)
-    print(f"wrote {path} (trial {trial.number})", file=sys.stderr)
+    if script is not None:
+        _write_atomically(script, render_script(study, trial, path))
+        script.chmod(0o755)
+        print(f"wrote {path} and {script} (trial {trial.number}); launch with: sh {script} --port 30000",
+              file=sys.stderr)
+    else:
+        print(f"wrote {path} (trial {trial.number})", file=sys.stderr)
     return path
 
 

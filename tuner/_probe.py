@@ -327,7 +327,7 @@ async def _one(client: StreamClient, engine: Engine, item: WorkItem, want_logpro
     except StreamTimeout as exc:
         result.error = f"timeout ({str(exc).split(':')[0]})"
         return result
-    except (StreamError, httpx.HTTPError) as exc:  # httpx.HTTPError: VLLMStreamError from the parser
+    except (StreamError, httpx.HTTPError) as exc:  # httpx.HTTPError: an error event, from the parser
         result.error = f"{type(exc).__name__}: {exc}"[:200]
         return result
     result.latency = time.perf_counter() - tally.sent

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 import time
 from dataclasses import dataclass
@@ -31,10 +32,10 @@ class _NotReady(Exception):
 
 def wait_until_ready(server: ServerProcess, engine: Engine, watcher: LogWatcher, client: httpx.Client,
                      startup_timeout: float, stall_timeout: float,
-                     cancel: threading.Event | None = None) -> ReadinessResult:
+                     cancel: threading.Event | None = None, confirm_timeout: float = 600.0) -> ReadinessResult:
     deadline = server.started + startup_timeout
 
-    def attempt() -> None:
+    def alive() -> None:
         check_alive(server, watcher, stage="readiness", cancel=cancel)
         now = time.monotonic()
         if now > deadline:
@@ -43,11 +44,16 @@ def wait_until_ready(server: ServerProcess, engine: Engine, watcher: LogWatcher,
         if now - watcher.last_growth > stall_timeout:
             raise TrialFailure(FailureKind.STARTUP_TIMEOUT,
                                f"no log output for {stall_timeout:g} s (hang)", watcher.excerpt(), "readiness")
+
+    def attempt() -> None:
+        alive()
         try:
             response = client.get(engine.ready_path, timeout=2.0)
         except httpx.HTTPError as exc:
             raise _NotReady() from exc
         if response.status_code != 200:
+            raise _NotReady()
+        if engine.confirm_path and _generates(client, engine.confirm_path, confirm_timeout, alive) != 200:
             raise _NotReady()
 
     retrying = tenacity.Retrying(
@@ -58,6 +64,23 @@ def wait_until_ready(server: ServerProcess, engine: Engine, watcher: LogWatcher,
     )
     retrying(attempt)
     return ReadinessResult(time.monotonic() - server.started, watcher.lines_seen)
+
+
+def _generates(client: httpx.Client, path: str, timeout: float, alive) -> int:
+    """Status of one real generation at `path`, asked in a thread while `alive()` keeps watching the server:
+    it may take a while (first-use compilation) or never end (the server died under it)."""
+    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="readiness")
+    try:
+        future = pool.submit(httpx.get, str(client.base_url.join(path)), headers=client.headers, timeout=timeout)
+        while True:
+            try:
+                return future.result(timeout=0.1).status_code
+            except concurrent.futures.TimeoutError:
+                alive()
+            except httpx.HTTPError as exc:
+                raise _NotReady() from exc
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)  # a request still waiting ends with the server
 
 
 def check_alive(server: ServerProcess, watcher: LogWatcher, stage: str,

@@ -60,6 +60,7 @@ class Prepared:
     command: tuple[str, ...]
     env: dict[str, str]
     report: CheckReport
+    takes_config: bool = True  # the server's --help lists --config
 
 
 def resolve_space_path(space: str | None, simulate: str | None) -> Path:
@@ -91,10 +92,11 @@ def prepare(space: str | None, simulate: str | None, model: str | None, strict: 
         if "/" in command[0]:
             command = (os.path.abspath(os.path.expanduser(command[0])), *command[1:])
         _check_model_path(spec.server.model_path)
-    report = check_flags(spec, parse_help(server_help(command, env)))
+    help_flags = parse_help(server_help(command, env))
+    report = check_flags(spec, help_flags)
     if strict:
         raise_on_errors(report)
-    return Prepared(spec, tuple(command), env, report)
+    return Prepared(spec, tuple(command), env, report, "config" in help_flags.flags)
 
 
 def _with_model(spec: Spec, model: str) -> Spec:
@@ -154,6 +156,7 @@ def run(options: RunOptions, stream=sys.stderr) -> optuna.Study:
     # What `confirm` needs to launch the same servers again.
     study.set_user_attr("server_command", list(prepared.command))
     study.set_user_attr("simulate", options.simulate)
+    study.set_user_attr("server_takes_config", prepared.takes_config)
     artifacts = Path(options.workdir) / "artifacts"  # one store for every study, as the dashboard reads one
     artifacts.mkdir(parents=True, exist_ok=True)
     from optuna.artifacts import FileSystemArtifactStore

@@ -113,7 +113,7 @@ def run_trial(ctx: TrialContext, plan: TrialPlan) -> TrialResult:
                           timeout=httpx.Timeout(spec.gate.request_timeout, connect=5.0)) as client:
             with stage("readiness"):
                 wait_until_ready(server, engine, watcher, client, spec.server.startup_timeout,
-                                 spec.server.stall_timeout, ctx.cancel)
+                                 spec.server.stall_timeout, ctx.cancel, spec.gate.first_request_timeout)
             with stage("server_info"), _explained(server, watcher, "server_info"):
                 _read_back(engine, client, plan.config, result)
             vocab = result.server_info.get("vocab_size")

@@ -17,6 +17,11 @@ import httpx
 from .._failures import FailureKind
 
 
+class StreamErrorEvent(httpx.HTTPError):
+    """The server ended a stream with an error instead of output (HTTP 200, then `data: {"error": ...}`, or an
+    aborted request): the request failed. An httpx.HTTPError, so the probe counts it as a failed request."""
+
+
 class CheckSkipped(Exception):
     """A gate check that this server's answers do not allow (ids it cannot give, or that do not line up):
     the reason is recorded and the trial goes on; nothing is concluded about the configuration."""
@@ -61,6 +66,10 @@ class Engine:
     name: str
     default_command: tuple[str, ...]
     ready_path: str
+    # Where a real generation confirms readiness (None: `ready_path` answering is enough). SGLang's /health can
+    # answer before its scheduler has served anything, and a scheduler can die on the first request after
+    # the log says "ready".
+    confirm_path: str | None = None
     fatal_patterns: Sequence[FatalPattern] = field(default_factory=tuple)
     # Flags whose values say how many GPUs a server uses (product, each defaulting to 1).
     gpu_flags: tuple[str, ...] = ()
@@ -105,7 +114,7 @@ class Engine:
         out = {}
         for flag in asked:
             key = flag.replace("-", "_")
-            if key in info:
+            if info.get(key) is not None:  # None: the server does not say (sglang-jax's max_running_requests)
                 out[flag] = info[key]
         return out
 

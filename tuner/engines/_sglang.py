@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 
 from .._failures import FailureKind
-from ._base import (Completion, Engine, StreamEvent, check_ids_line_up, finite_or_none, flag_argv, patterns,
+from ._base import (Completion, Engine, StreamErrorEvent, StreamEvent, check_ids_line_up, finite_or_none, flag_argv, patterns,
                     prompt_ids_from_server)
 
 K = FailureKind
@@ -36,6 +36,7 @@ class SGLang(Engine):
             name="sglang",
             default_command=(sys.executable, "-m", "sglang.launch_server"),
             ready_path="/health",
+            confirm_path="/health_generate",
             fatal_patterns=SGLANG_FATAL,
             gpu_flags=("tp-size", "tensor-parallel-size", "pp-size", "dp-size"),
             display_command=("python", "-m", "sglang.launch_server"),
@@ -119,8 +120,16 @@ class _SGLangStream:
     """SGLang's stream events already carry the totals so far: nothing to remember between them."""
 
     def feed(self, data: Mapping[str, Any]) -> StreamEvent:
+        if "error" in data and "text" not in data:
+            # Errors found after the response started (context too long, bad sampling parameters): SGLang
+            # answers HTTP 200, then this event, then [DONE] (entrypoints/http_server.py, stream_results).
+            error = data["error"]
+            message = error.get("message") if isinstance(error, Mapping) else error
+            raise StreamErrorEvent(f"stream error: {message}"[:300])
         meta = data.get("meta_info") or {}
-        lps = tuple(finite_or_none(t[0]) for t in meta.get("output_token_logprobs") or ())
         finish = meta.get("finish_reason")
+        if isinstance(finish, Mapping) and finish.get("type") == "abort":
+            raise StreamErrorEvent(f"request aborted by the server: {finish.get('message') or finish}"[:300])
+        lps = tuple(finite_or_none(t[0]) for t in meta.get("output_token_logprobs") or ())
         return StreamEvent(text=data.get("text", ""), completion_tokens=meta.get("completion_tokens"),
                            logprobs=lps, finished=finish is not None, prompt_tokens=meta.get("prompt_tokens"))

@@ -30,7 +30,7 @@ from typing import Any
 import httpx
 
 from .._failures import FailureKind
-from ._base import (CheckSkipped, Completion, Engine, StreamEvent, finite_or_none, flag_argv, patterns,
+from ._base import (CheckSkipped, Completion, Engine, StreamErrorEvent, StreamEvent, finite_or_none, flag_argv, patterns,
                     prompt_ids_from_server)
 
 K = FailureKind
@@ -88,13 +88,6 @@ _CONFIG_FIELDS: dict[str, tuple[str, str]] = {
 _DTYPE_NAMES = {"float": "float32", "half": "float16"}
 _SECTIONS = ("model_config", "scheduler_config", "cache_config", "parallel_config", "load_config",
              "device_config", "compilation_config")
-
-
-class VLLMStreamError(httpx.HTTPError):
-    """The server put an error object into the stream instead of a chunk (a generation error).
-
-    An httpx.HTTPError so that the probe, which counts those as a failed request, needs no change.
-    """
 
 
 class VLLM(Engine):
@@ -257,7 +250,7 @@ class VLLMStream:
         if "error" in data and not data.get("choices"):
             error = data.get("error")
             message = error.get("message") if isinstance(error, Mapping) else error
-            raise VLLMStreamError(f"stream error: {message}"[:300])
+            raise StreamErrorEvent(f"stream error: {message}"[:300])
         added = 0
         lps: tuple[float | None, ...] = ()
         for choice in data.get("choices") or ():

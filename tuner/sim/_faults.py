@@ -29,6 +29,7 @@ class Faults:
     no_input_logprobs: bool = False  # /generate of a text prompt omits input_token_logprobs (prompt ids)
     no_tokenize: bool = False  # /tokenize answers 404, as in servers without it
     slow_drip: float = 0.0  # seconds added to each decode step of streamed requests: one token per that time
+    stream_error_rate: float = 0.0  # share of streamed requests that end with an error event after a token
     generate_hang: bool = False  # /generate and the OpenAI routes never answer; /health still does
 
 

@@ -78,8 +78,10 @@ Handler = Callable[[HttpRequest], Awaitable["Response | StreamingResponse"]]
 
 
 class HttpServer:
-    def __init__(self, handler: Handler, access_log: Callable[[HttpRequest, int], None] | None = None) -> None:
+    def __init__(self, handler: Handler, access_log: Callable[[HttpRequest, int], None] | None = None,
+                 keep_alive_s: float = 5.0) -> None:
         self.handler = handler
+        self.keep_alive_s = keep_alive_s
         self.access_log = access_log
         self.connections: set[asyncio.StreamWriter] = set()
 
@@ -87,15 +89,20 @@ class HttpServer:
         peer = writer.get_extra_info("peername") or ("?", 0)
         client = f"{peer[0]}:{peer[1]}"
         self.connections.add(writer)
+        first = True
         try:
             while True:
                 try:
-                    request = await self._read_request(reader, client)
-                except (asyncio.IncompleteReadError, ConnectionError):
+                    # As uvicorn with SGLang's SGLANG_TIMEOUT_KEEP_ALIVE (5 s): an idle kept-alive connection
+                    # is closed, and a client must reconnect.
+                    wait = None if first else self.keep_alive_s
+                    request = await asyncio.wait_for(self._read_request(reader, client), wait)
+                except (asyncio.IncompleteReadError, ConnectionError, asyncio.TimeoutError):
                     return
                 except HttpError as exc:
                     await self._send(writer, Response(exc.status, dumps({"detail": str(exc)})), keep_alive=False)
                     return
+                first = False
                 if request is None:
                     return
                 keep_alive = self._keep_alive(request)

@@ -114,7 +114,9 @@ async def _serve(profile: Profile, setup, values: dict[str, Any], faults: Faults
     host, port = values.get("host") or "127.0.0.1", int(values.get("port") or 30000)
     try:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets made with it, and without it each
+        # stream's first chunks on a reused connection sat ~40 ms (Nagle and delayed ACKs); uvicorn's don't.
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
         sock.listen(2048)
@@ -134,7 +136,7 @@ async def _serve(profile: Profile, setup, values: dict[str, Any], faults: Faults
         if server.ready and request.method == "POST":
             mark("first_response")  # a bad answer's moment: every response of a garbage/drift config is bad
 
-    http = HttpServer(api, access_log=access)
+    http = HttpServer(api, access_log=access, keep_alive_s=float(os.environ.get("SGLANG_TIMEOUT_KEEP_ALIVE", "5")))
     server.server = await asyncio.start_server(http.serve, sock=sock, limit=1 << 20)
     log.uvicorn(f"Started server process [{os.getpid()}]")
     log.uvicorn("Waiting for application startup.")

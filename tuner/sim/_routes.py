@@ -353,7 +353,14 @@ class Api:
         body = http.json()
         if not isinstance(body, dict):
             raise BadRequest("request body must be a JSON object")
-        items, batch = self._generate_items(body)
+        try:
+            items, batch = self._generate_items(body)
+        except BadRequest as exc:
+            if not body.get("stream"):
+                raise
+            # SGLang validates a streamed request inside the response generator (tokenizer_manager): the
+            # answer is HTTP 200, then an error event, then [DONE] (entrypoints/http_server.py).
+            return StreamingResponse(self._stream_error(str(exc)))
         refused = await self._count()
         if refused is not None:
             return refused
@@ -366,10 +373,21 @@ class Api:
                 return json_response({"error": {"message": "The request was aborted."}}, 400)
         return json_response(out if batch else out[0])
 
+    async def _stream_error(self, message: str) -> AsyncIterator[bytes]:
+        yield b"data: " + dumps({"error": {"message": message, "type": "BadRequestError", "code": 400}}) + b"\n\n"
+        yield b"data: [DONE]\n\n"
+
     async def _stream_generate(self, items: list[Item], batch: bool) -> AsyncIterator[bytes]:
         if len(items) == 1:
             item = items[0]
+            fails = self.s.faults.stream_error_rate > 0 and self.rng.random() < self.s.faults.stream_error_rate
             async for req in self._events(item):
+                if fails and req.n_out >= 1:
+                    # The stream_error_rate fault: an error found after the response started.
+                    mark("stream_error")
+                    async for chunk in self._stream_error("Internal server error: the request failed mid-stream."):
+                        yield chunk
+                    return
                 yield b"data: " + self._generate_bytes(req, item, 0 if batch else None) + b"\n\n"
         else:
             async for index, req in self._merged(items):
