@@ -44,11 +44,16 @@ def needs_script(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
         k in engine.launch_line_flags and v not in (None, False) for k, v in flags.items())
 
 
+def _env(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> dict[str, str]:
+    """The space's server.env and the trial's environment parameters, secrets masked."""
+    return redact_env({**study.user_attrs.get("server_env", {}), **trial.user_attrs.get("env", {})})
+
+
 def render(study: optuna.Study, trial: optuna.trial.FrozenTrial, fmt: str, script: str | None = None) -> str:
     attrs = trial.user_attrs
     engine = get_engine(attrs.get("engine", study.user_attrs.get("engine", "sglang")))
     flags = dict(attrs.get("flags", {}))
-    env = redact_env(attrs.get("env", {}))
+    env = _env(study, trial)
     model = attrs.get("model_path", "")
     if fmt == "json":
         record = {"study": study.study_name, "number": trial.number, "state": trial.state.name,
@@ -67,7 +72,7 @@ def render(study: optuna.Study, trial: optuna.trial.FrozenTrial, fmt: str, scrip
 def render_script(study: optuna.Study, trial: optuna.trial.FrozenTrial, config: Path) -> str:
     """A launch script that alone starts the measured server: the --config file plus the flags it cannot
     carry, or the whole command line for a server without --config. Extra arguments (--host, --port) follow."""
-    env = redact_env(trial.user_attrs.get("env", {}))
+    env = _env(study, trial)
     engine = get_engine(trial.user_attrs.get("engine", study.user_attrs.get("engine", "sglang")))
     if study.user_attrs.get("server_takes_config", True):
         kept = {k: v for k, v in trial.user_attrs.get("flags", {}).items() if k in engine.launch_line_flags}

@@ -20,7 +20,7 @@ from ._errors import UsageError
 from ._gpus import GpuProbe, MemoryBaseline, check_gpu_ids, parse_gpu_list
 from ._slots import SlotPool
 from ._progress import Progress, summary
-from ._redact import Redactor
+from ._redact import Redactor, redact_env
 from ._spec import Spec, load_spec
 from ._study import heartbeat_settings, load_or_create, open_storage
 from ._teardown import end_orphans
@@ -157,6 +157,7 @@ def run(options: RunOptions, stream=sys.stderr) -> optuna.Study:
     study.set_user_attr("server_command", list(prepared.command))
     study.set_user_attr("simulate", options.simulate)
     study.set_user_attr("server_takes_config", prepared.takes_config)
+    study.set_user_attr("server_env", redact_env(spec.server.env))  # what an exported launch needs too
     artifacts = Path(options.workdir) / "artifacts"  # one store for every study, as the dashboard reads one
     artifacts.mkdir(parents=True, exist_ok=True)
     from optuna.artifacts import FileSystemArtifactStore
