@@ -84,16 +84,13 @@ def find_escaped(port: int | None, marker: str | None, started_ticks: int | None
     if marker:
         for pid in marked_processes(marker):
             found[pid] = _leftover(pid, "environment marker")
-    if port:
-        for pid in port_holders(port):
-            begun = start_time(pid)
-            if pid not in found and begun is not None and (started_ticks is None or begun >= started_ticks):
-                found[pid] = _leftover(pid, f"port {port}")
+    holders = [(pid, f"port {port}") for pid in port_holders(port)] if port else []
     if gpu_holders is not None:
-        for pid, gpu in gpu_holders().items():
-            begun = start_time(pid)
-            if pid not in found and begun is not None and (started_ticks is None or begun >= started_ticks):
-                found[pid] = _leftover(pid, f"GPU {gpu} (NVML)")
+        holders += [(pid, f"GPU {gpu} (NVML)") for pid, gpu in gpu_holders().items()]
+    for pid, how in holders:
+        begun = start_time(pid)
+        if pid not in found and begun is not None and (started_ticks is None or begun >= started_ticks):
+            found[pid] = _leftover(pid, how)
     return list(found.values())
 
 
