@@ -153,7 +153,9 @@ def run_case(case: Case, repeats: int, startup_scale: float) -> Measured:
         measured = Measured(case, [], [], [])
         measured.peak_mb = int(done.stderr.rsplit("PEAK_RSS_KB", 1)[1].split()[0]) / 1024
         records = [json.loads(r.read_text()) for r in (folder / "runs").glob("**/server.json")]
-        measured.leftovers = sum(len(_remains(r)) for r in records)
+        from tuner._procs import remains
+
+        measured.leftovers = sum(len(remains(r)) for r in records)
         for trial in study.get_trials():
             measured.kinds.append(trial.user_attrs.get("failure_kind", "?"))
             record = folder / "runs" / "failure-cost" / f"trial-{trial.number}" / "server.json"
@@ -175,17 +177,6 @@ def run_case(case: Case, repeats: int, startup_scale: float) -> Measured:
 _MEASURED = ("import resource, runpy, sys\nsys.argv = ['tuner', *sys.argv[1:]]\ntry:\n"
              "    runpy.run_module('tuner', run_name='__main__', alter_sys=True)\nfinally:\n"
              "    print('PEAK_RSS_KB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n")
-
-
-def _remains(record: dict) -> set[int]:
-    from tuner._procs import group_members, marked_processes, port_holders, session_members
-
-    pids = {*group_members(record["pgid"]), *session_members(record["pgid"])}
-    if record.get("marker"):
-        pids.update(marked_processes(record["marker"]))
-    if record.get("port"):
-        pids.update(port_holders(record["port"]))
-    return pids
 
 
 def _read_events(path: Path) -> dict[tuple[int, str], float]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from tuner._procs import group_members, marked_processes, port_holders, session_members
+from tuner._procs import remains as remains_of
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -100,15 +100,6 @@ class Tuner:
         """For each server the tuner recorded (by group id), what of it still runs: members of its process
         group or session, processes carrying its environment marker, anything listening on its port."""
         return {record["pgid"]: pids for record in self.server_records() if (pids := remains_of(record))}
-
-
-def remains_of(record: dict) -> list[int]:
-    pids = {*group_members(record["pgid"]), *session_members(record["pgid"])}
-    if record.get("marker"):
-        pids.update(marked_processes(record["marker"]))
-    if record.get("port"):
-        pids.update(port_holders(record["port"]))
-    return sorted(pids)
 
 
 @pytest.fixture

@@ -157,3 +157,14 @@ def session_of(pid: int) -> int | None:
     """The session id of a live (non-zombie) process, None when it is gone."""
     stat = _stat(pid)
     return int(stat[4]) if stat and stat[1] != "Z" else None
+
+
+def remains(record: dict) -> list[int]:
+    """What of a recorded server (its server.json) still runs: members of its process group or session,
+    processes carrying its environment marker, anything listening on its port."""
+    pids = {*group_members(record["pgid"]), *session_members(record["pgid"])}
+    if record.get("marker"):
+        pids.update(marked_processes(record["marker"]))
+    if record.get("port"):
+        pids.update(port_holders(record["port"]))
+    return sorted(pids)
