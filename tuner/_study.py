@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import hashlib
 import importlib.util
@@ -11,7 +13,8 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Callable, Mapping
+import zlib
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 import optuna
@@ -212,6 +215,42 @@ def set_user_attrs(trial: optuna.Trial, attrs: Mapping[str, Any]) -> None:
         return
     backend.set_trial_user_attrs(trial._trial_id, attrs)
     trial._cached_frozen_trial.user_attrs.update(attrs)  # what trial.set_user_attr keeps in step too
+
+
+_LOCAL_DECISIONS = threading.Lock()
+
+
+@contextlib.contextmanager
+def study_lock(study: optuna.Study) -> Iterator[None]:
+    """Held by one worker thread of the whole study at a time, across processes and machines.
+
+    For a read-then-write that must not interleave: two workers that both read "nobody runs this
+    configuration" and then both write "I run it" would restart the same server twice. PostgreSQL: a
+    session advisory lock (released by the server if the worker dies). SQLite: flock on the database
+    file (independent of SQLite's own fcntl locks; one host only, as SQLite is).
+    """
+    storage = study._storage
+    backend = getattr(storage, "_backend", storage)
+    engine = getattr(backend, "engine", None)
+    if engine is not None and engine.name == "postgresql":
+        key = zlib.crc32(f"tuner:{study.study_name}".encode())
+        with engine.connect() as connection:
+            connection.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": key})
+            try:
+                yield
+            finally:
+                connection.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:key)"), {"key": key})
+                connection.commit()
+    elif engine is not None and engine.name == "sqlite" and engine.url.database not in (None, "", ":memory:"):
+        with open(engine.url.database, "rb") as db:
+            fcntl.flock(db, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(db, fcntl.LOCK_UN)
+    else:
+        with _LOCAL_DECISIONS:
+            yield
 
 
 def _schema_race(exc: BaseException) -> bool:

@@ -29,7 +29,7 @@ from ._redact import Redactor
 from ._slots import NotEnoughGpus, SlotPool
 from ._space import ServerConfig
 from ._spec import Spec
-from ._study import set_user_attrs
+from ._study import set_user_attrs, study_lock
 from ._teardown import WORKER_RECORD, owner_alive, read_record, this_worker, write_record
 from ._trial import TrialContext, TrialPlan, TrialResult, run_trial
 
@@ -37,8 +37,8 @@ REFERENCE_ATTR = "reference"
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 # What a retried trial inherits from the one that died (RetryHeartbeatStaleTrialCallback copies every user
 # attr) but must not keep: it is about the dead run, not this one.
-_RUN_ATTRS = ("ended_at", "gpu_ids", "slot_acquired_at", "slot_released_at", "failure_kind", "failure_message",
-              "failure_stage")
+_RUN_ATTRS = ("config_key", "ended_at", "gpu_ids", "slot_acquired_at", "slot_released_at", "failure_kind",
+              "failure_message", "failure_stage")
 
 
 class Interrupted(TunerError):
@@ -240,14 +240,15 @@ class Worker:
         values = space.suggest(trial)
         config = space.config(values)
         key = config.key()
-        set_user_attrs(trial, {"config_key": key, "started_at": time.time(), "worker": owner_label()})
+        set_user_attrs(trial, {"started_at": time.time(), "worker": owner_label()})
         broken = space.violations(values)
         if broken:
+            trial.set_user_attr("config_key", key)
             result = TrialResult(trial.number, config)
             result.failure = FailureRecord(FailureKind.INVALID_CONFIG, f"breaks the constraint {broken[0]}", "",
                                            "space")
             return self._finish(trial, result, {})
-        prior = self._same_config_done(trial, key)
+        prior = self._claim(trial, key)
         if prior is not None:
             return self._reuse(trial, prior)
         try:
@@ -313,8 +314,13 @@ class Worker:
             upload_log(trial, result, self.artifact_store)
 
     # -- never the same restart twice ---------------------------------------------------------------
-    def _same_config_done(self, trial: optuna.Trial, key: str) -> optuna.trial.FrozenTrial | None:
-        """An earlier trial with the same server configuration, waiting for it if it is still running."""
+    def _claim(self, trial: optuna.Trial, key: str) -> optuna.trial.FrozenTrial | None:
+        """An earlier trial's result for this server configuration, or None once this trial is recorded as
+        the one that runs it; while another trial runs it, wait for its result.
+
+        Deciding and recording (`config_key`) happen under the study's lock: otherwise two workers read
+        "nobody runs it" at once and both restart the same server.
+        """
         first = True
         while True:
             if self.ctx.cancel.is_set():
@@ -323,18 +329,11 @@ class Worker:
                 # The trial waited for may be a dead worker's: fail it once stale, so this one runs it.
                 optuna.storages.fail_stale_trials(trial.study)
             first = False
-            running = None
-            for other in trial.study.get_trials(deepcopy=False):
-                if other.number == trial.number or other.user_attrs.get("config_key") != key:
-                    continue
-                if other.user_attrs.get("reused_from") is not None:
-                    continue
-                if other.state in (TrialState.COMPLETE, TrialState.PRUNED) and "feasible" in other.user_attrs:
-                    return other
-                if other.state == TrialState.RUNNING and other.number < trial.number:
-                    running = other
-            if running is None:
-                return None
+            with study_lock(trial.study):
+                prior, running = _twins(trial, key)
+                if running is None:
+                    set_user_attrs(trial, {"config_key": key, "started_at": time.time()})
+                    return prior
             self.ctx.cancel.wait(1.0)  # another worker runs this very configuration: wait for its result
 
     def _reuse(self, trial: optuna.Trial, prior: optuna.trial.FrozenTrial) -> float | list[float]:
@@ -350,6 +349,21 @@ class Worker:
         if prior.state == TrialState.COMPLETE and prior.values is not None:
             return prior.values if len(prior.values) > 1 else prior.values[0]
         raise optuna.TrialPruned(f"same configuration as trial {prior.number}")
+
+
+def _twins(trial: optuna.Trial, key: str) -> tuple[optuna.trial.FrozenTrial | None, optuna.trial.FrozenTrial | None]:
+    """Another trial of this configuration with a result, else one that is running it now."""
+    running = None
+    for other in trial.study.get_trials(deepcopy=False):
+        if other.number == trial.number or other.user_attrs.get("config_key") != key:
+            continue
+        if other.user_attrs.get("reused_from") is not None:
+            continue
+        if other.state in FINISHED and "feasible" in other.user_attrs:
+            return other, None
+        if other.state == TrialState.RUNNING:
+            running = other
+    return None, running
 
 
 def _mark_interrupted(trial: optuna.Trial) -> None:
