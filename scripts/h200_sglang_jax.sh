@@ -27,9 +27,9 @@
 #   search_spaces/sglang-jax-h200-tiny.yaml, `python3 -m tuner show`, while a sampler records NVML's used
 #   memory every 0.1 s. At the end it prints, per trial, NVML's used memory at teardown start, at the slot's
 #   release and at the next trial's slot acquisition (handoff.txt): the GPU slot must be handed on only
-#   after JAX's ~108 GB preallocation is released. Everything stays inside H200_BUDGET_S (default 560 s) of
-#   the call's 600: no trial starts in its last ~150 s and the tuner is interrupted (it tears the server
-#   down) if it is still running 50 s before the end.
+#   after JAX's ~108 GB preallocation is released. Everything stays inside H200_BUDGET_S (default 575 s) of
+#   the call's 600: no trial starts in its last ~180 s (a trial took 60-100 s there) and the tuner is
+#   interrupted (it tears the server down) if it is still running 80 s before the end.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -165,7 +165,7 @@ prepare() {
 }
 
 run_there() {
-    local t0=$SECONDS budget="${H200_BUDGET_S:-560}"
+    local t0=$SECONDS budget="${H200_BUDGET_S:-575}"
     local out="${OUT:-/tmp/h200-out}"
     mkdir -p "$out"
     exec > >(tee -a "$out/h200_sglang_jax.log") 2>&1
@@ -227,7 +227,7 @@ PY
     local rc_check=0 rc_run=0
     timeout -k 10 120 python3 -m tuner check --space "$space" --model "$model" || rc_check=$?
     local left=$(( budget - (SECONDS - t0) ))
-    local hard=$(( left - 50 )) soft=$(( left - 200 ))
+    local hard=$(( left - 40 )) soft=$(( left - 140 ))
     [ "$soft" -gt 60 ] || soft=60
     timeout -s INT -k 40 "$hard" python3 -m tuner run --trials 5 --space "$space" --model "$model" --gpus 0 --seed 0 \
         --storage sqlite:///trials.db --workdir runs --timeout "$soft" || rc_run=$?
@@ -262,7 +262,7 @@ trials = sorted((t for t in study.get_trials() if t.user_attrs.get("slot_acquire
 print(f"NVML baseline {base} MiB (sampler start); {len(ts)} samples every ~0.1 s; times in s since the sampler started")
 print(f"{'trial':>5} {'acquired':>9} {'peak MiB':>9} {'teardown@':>9} {'MiB then':>9} {'back@':>8} {'released@':>9} "
       f"{'MiB then':>9} {'next acq@':>9} {'MiB then':>9}  outcome")
-ok = True
+ok, notes = True, []
 for k, t in enumerate(trials):
     a, r = t.user_attrs["slot_acquired_at"], t.user_attrs.get("slot_released_at")
     td = (t.user_attrs.get("stage_seconds") or {}).get("teardown")
@@ -284,6 +284,13 @@ for k, t in enumerate(trials):
           + f"  {t.state.name} {t.user_attrs.get('failure_kind', '')}")
     if at(r) > base + 512 or (nxt and at(nxt) > base + 512) or (nxt and high and max(high) > nxt):
         ok = False
+    if tstart and back:
+        notes.append(f"trial {t.number}: {at(tstart)} MiB at teardown start, "
+                     + (f"back at baseline {back - tstart:.1f} s later" if back > tstart
+                        else "already back at baseline (the server had exited)")
+                     + f", slot released {r - back:.1f} s after the memory was back"
+                     + (f", next trial acquired it {nxt - back:.1f} s after the memory was back" if nxt else ""))
+print("\n".join(notes))
 print("hand-off:", "every slot was handed on only with NVML back at its baseline (+512 MiB)" if ok
       else "FAILED: a slot was handed on while NVML still showed memory held")
 print("\nper trial: params, outcome, tok/s")
