@@ -2,7 +2,7 @@
 # sglang-jax on the lent H200, in one prepared command: a 5-trial tuner study of SGLang's JAX port serving a
 # tiny random-weight Qwen3 on the GPU, through the machine image's own JAX 0.11.2 (CUDA) and flax 0.12.10.
 #
-#   bash scripts/h200_sglang_jax.sh prepare     # here: the wheel set into .whl/sglang-jax-h200 (~25 MB)
+#   bash scripts/h200_sglang_jax.sh prepare     # here: the wheel set into .whl/sglang-jax-h200 (~32 MB)
 #   then the device tool's run, exactly:
 #       run(command="bash scripts/h200_sglang_jax.sh run", carry=[".whl/sglang-jax-h200"], timeout_s=600)
 #   (kind nvidia-h200; what comes back under $OUT: h200_sglang_jax.log, show.txt, handoff.txt, nvml.tsv,
