@@ -5,6 +5,8 @@ runs each strategy for `--trials` trials (default 40) over `--seeds` seeds (defa
 
 - `tpe`: the tuner's default, TPE with crash-aware pruning (`make_sampler("tpe")`);
 - `random`: the tuner with `--sampler random`;
+- `random-valid`: random search that never draws a configuration breaking a declared constraint or one already
+  measured (plain random spends a fifth to a quarter of its trials on those: free, but counted in its budget);
 - `gp`: the tuner with `--sampler gp` (Optuna's GPSampler; needs torch and scipy, skipped without them);
 - `grid`: a tiered grid in the manner of SGLang's `auto_benchmark` (below).
 
@@ -34,9 +36,14 @@ Counting rule: a *restart* is a trial that launches a server. A configuration th
 constraint (`invalid_config`) or repeats one already measured (reused) costs no restart, as in the tuner; the
 baseline does. "restarts to 98%" counts restarts up to and including the trial that reached 98%; "trials to
 98%" counts every trial. A run that never reaches 98% within N trials is censored: it counts as N + 1 in the
-median, which is printed as ">N" when it is censored. "crash/NaN 11+" is the share of trials 11..N whose
-server crashed, hung, ran out of memory, or answered NaN/garbage (reused or invalid trials launch nothing and
-are not counted as crashes; "free 11+" is their share).
+median, which is printed as ">N" when it is censored. "crash/NaN 11+" is the share of the servers launched in
+trials 11..N that crashed, hung, ran out of memory, or answered NaN/garbage; "free 11+" is the share of trials
+11..N that launched nothing (reused or invalid).
+
+`--intermittent SHARE` makes the landscapes flaky: that share of configurations (chosen by a hash of the
+configuration, never the baseline) crash under load on half of their starts, as a race or a marginal memory
+setting does. Such a configuration counts as failing in the judging (nobody deploys it knowingly), so the
+optimum is the best of the others; a strategy that picks one after a lucky start is judged by that.
 
 The tiered grid follows `build_candidates` in SGLang's `python/sglang/auto_benchmark_lib.py`: one candidate is
 the base flags (here the space's baseline); tier 1 varies one flag at a time from the base over that flag's
@@ -54,6 +61,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import hashlib
 import importlib.util
 import json
@@ -79,7 +87,7 @@ from tuner._failures import FailureKind, FailureRecord  # noqa: E402
 from tuner._probe import LevelMetrics, ProbeResult  # noqa: E402
 from tuner._space import ServerConfig, Space  # noqa: E402
 from tuner._spec import Spec, load_spec  # noqa: E402
-from tuner._study import _initialise, _pruner, make_sampler  # noqa: E402
+from tuner._study import _TPE, _initialise, _pruner, make_sampler  # noqa: E402
 from tuner._trial import TrialContext, TrialResult  # noqa: E402
 from tuner._worker import Worker  # noqa: E402
 from tuner.engines import get_engine  # noqa: E402
@@ -90,8 +98,9 @@ from tuner.sim._profile import Profile, load_profile  # noqa: E402
 PROFILES_DIR = REPO / "tuner" / "sim" / "profiles"
 SPACES_DIR = REPO / "search_spaces"
 CACHE_DIR = REPO / ".cache" / "search_efficiency"
-STRATEGIES = ("tpe", "random", "gp", "grid")
-LABELS = {"tpe": "tpe (tuner default)", "random": "random", "gp": "gp (Optuna GPSampler)", "grid": "tiered grid"}
+STRATEGIES = ("tpe", "random", "random-valid", "gp", "grid")
+LABELS = {"tpe": "tpe (tuner default)", "random": "random", "random-valid": "random, valid only",
+          "gp": "gp (Optuna GPSampler)", "grid": "tiered grid"}
 TARGET = 0.98  # "reached": the pick's true value is at least this share of the optimum
 EXHAUSTIVE_MAX = 20_000  # valid grid points up to which the optimum is found by evaluating every one
 OPTIMUM_METHOD = "v1"  # bump when the optimum search changes: old cache files are then ignored
@@ -124,8 +133,9 @@ class Measurement:
 class Problem:
     """A simulator profile with its shipped space: measure a configuration (noisy) or judge it (noiseless)."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, intermittent: float = 0.0) -> None:
         self.name = name
+        self.intermittent = intermittent
         self.profile_path = PROFILES_DIR / f"{name}.yaml"
         self.space_path = SPACES_DIR / f"{name}.yaml"
         self.profile: Profile = load_profile(self.profile_path)
@@ -142,12 +152,24 @@ class Problem:
 
     def measure(self, config: ServerConfig, noise_seed: int | None) -> Measurement:
         """What one server start with this configuration would record (noise_seed None: noiseless)."""
+        if self._flaky(config) and (noise_seed is None or random.Random(noise_seed).random() < 0.5):
+            return Measurement(FailureKind.CRASH_UNDER_LOAD, "crashed under load on this start (intermittent)")
         probe = self.spec.probe
         p = predict(self.profile, flag_argv(config.flags), self.concurrency, probe.input_len, probe.output_len,
                     num_requests=probe.requests, seed=noise_seed or 0, noise=noise_seed is not None)
         if p.status != "ok":
             return Measurement(STATUS_KINDS.get(p.status, FailureKind.CRASH_ON_START), p.message or p.status)
         return Measurement(None, level=self._level(p))
+
+    def _flaky(self, config: ServerConfig) -> bool:
+        if not self.intermittent or (self.space.baseline and config.key() == self._baseline_key()):
+            return False
+        digest = hashlib.sha256(config.key().encode()).digest()
+        return int.from_bytes(digest[:4], "big") / 2**32 < self.intermittent
+
+    @functools.cache
+    def _baseline_key(self) -> str:
+        return self.space.config(self.space.baseline).key()
 
     def _level(self, p: Prediction) -> LevelMetrics:
         probe = self.spec.probe
@@ -245,7 +267,14 @@ class SimulatedWorker(Worker):
 def run_tuner(problem: Problem, sampler_name: str, seed: int, trials: int) -> list[TrialRecord]:
     """One study as `python -m tuner run --sampler NAME --seed SEED --trials N` runs it, minus the server."""
     spec = problem.spec
-    study = optuna.create_study(sampler=make_sampler(sampler_name, seed, spec), pruner=_pruner(spec),
+    if sampler_name == "random-valid":
+        # The tuner's TPE kept in its random startup for good, with no say of its own: every flag drawn at
+        # random, a draw that breaks a constraint or repeats a measured configuration drawn again.
+        sampler = _TPE(seed=seed, space=spec.space, multivariate=True, constant_liar=True, n_startup_trials=10**9,
+                       local_startup=False, risk_aversion=0.0)
+    else:
+        sampler = make_sampler(sampler_name, seed, spec)
+    study = optuna.create_study(sampler=sampler, pruner=_pruner(spec),
                                 directions=spec.objective.directions)
     _initialise(study, spec, sampler_name)  # baseline first, then try-first, as `run` enqueues them
     ends: dict[int, dict[str, Any]] = {}
@@ -382,9 +411,9 @@ def _product(options: Sequence[Sequence[Any]]) -> Iterable[tuple[Any, ...]]:
     return itertools.product(*options)
 
 
-def run_strategy(task: tuple[str, str, int, int]) -> tuple[str, str, int, list[TrialRecord], float]:
-    name, strategy, seed, trials = task
-    problem = _problem(name)
+def run_strategy(task: tuple[str, str, int, int, float]) -> tuple[str, str, int, list[TrialRecord], float]:
+    name, strategy, seed, trials, intermittent = task
+    problem = _problem(name, intermittent)
     t0 = time.monotonic()
     if strategy == "grid":
         records = TieredGrid(problem, seed, trials).run()
@@ -393,13 +422,9 @@ def run_strategy(task: tuple[str, str, int, int]) -> tuple[str, str, int, list[T
     return name, strategy, seed, records, time.monotonic() - t0
 
 
-_problems: dict[str, Problem] = {}
-
-
-def _problem(name: str) -> Problem:
-    if name not in _problems:
-        _problems[name] = Problem(name)
-    return _problems[name]
+@functools.cache
+def _problem(name: str, intermittent: float = 0.0) -> Problem:
+    return Problem(name, intermittent)
 
 
 # -- the true optimum -----------------------------------------------------------------------------------------
@@ -487,7 +512,7 @@ def search_optimum(problem: Problem, starts: int, exhaustive: bool) -> Optimum:
 
 
 def _digest(problem: Problem) -> str:
-    h = hashlib.sha256(OPTIMUM_METHOD.encode())
+    h = hashlib.sha256(f"{OPTIMUM_METHOD} intermittent={problem.intermittent}".encode())
     for path in [problem.profile_path, problem.space_path, REPO / "tuner" / "_space.py",
                  *sorted((REPO / "tuner" / "sim").glob("*.py"))]:
         h.update(path.read_bytes())
@@ -516,6 +541,7 @@ class RunFigures:
     reached: bool
     final_share: float  # the final pick's true value / optimum
     late_trials: int  # trials after the warm-up
+    late_restarts: int  # of those, trials that launched a server
     late_crashes: int  # of those, launched servers that failed
     late_free: int  # of those, trials that launched nothing
 
@@ -535,7 +561,7 @@ def judge(problem: Problem, records: Sequence[TrialRecord], optimum: float, tria
     crashes = sum(1 for r in late if r.restarted and r.outcome not in ("none", "reused", "slo_violation"))
     free = sum(1 for r in late if not r.restarted)
     share = problem.share(pick.true, optimum) if pick is not None else 0.0
-    return RunFigures(trials_to, restarts_to, reached, share, len(late), crashes, free)
+    return RunFigures(trials_to, restarts_to, reached, share, len(late), len(late) - free, crashes, free)
 
 
 def _median(values: Sequence[float]) -> float:
@@ -566,11 +592,12 @@ def summarise(problem: Problem, runs: dict[str, list[list[TrialRecord]]], optimu
     for strategy, seeds in runs.items():
         figs = [judge(problem, recs, optimum, trials) for recs in seeds]
         late = sum(f.late_trials for f in figs)
+        restarts = sum(f.late_restarts for f in figs)
         out[strategy] = {
             "restarts_to": [f.restarts_to for f in figs], "trials_to": [f.trials_to for f in figs],
             "reached": sum(f.reached for f in figs), "runs": len(figs),
             "final": _median([f.final_share for f in figs]), "final_min": min(f.final_share for f in figs),
-            "crash_share": sum(f.late_crashes for f in figs) / late if late else 0.0,
+            "crash_share": sum(f.late_crashes for f in figs) / restarts if restarts else 0.0,
             "free_share": sum(f.late_free for f in figs) / late if late else 0.0,
         }
     return out
@@ -580,7 +607,8 @@ def print_table(problem: Problem, optimum: Optimum, stats: dict[str, dict[str, A
                 trials: int, seeds: int) -> None:
     base = problem.point_value(problem.space.baseline) if problem.space.baseline else None
     sampled = sum(1 for p in problem.space.params.values() if p.sampled)
-    print(f"\n== {problem.name}: {sampled} parameters, {problem.metric} "
+    flaky = f", {problem.intermittent:.0%} of configurations intermittent" if problem.intermittent else ""
+    print(f"\n== {problem.name}{flaky}: {sampled} parameters, {problem.metric} "
           f"({'max' if problem.maximize else 'min'}imised), {seeds} seeds x {trials} trials")
     print(f"   optimum {optimum.value:.1f} ({optimum.method}); 98% = {optimum.value * TARGET:.1f}; "
           f"baseline {problem.share(base, optimum.value):.1%} of it")
@@ -605,34 +633,31 @@ def print_table(problem: Problem, optimum: Optimum, stats: dict[str, dict[str, A
               f"{s['crash_share']:>14.0%} {s['free_share']:>9.0%} {ratio_r:>16} {ratio_t:>14}")
 
 
+ANCHORS = ("random-valid", "gp", "grid")  # the established strategies the tuner must beat
+
+
 def print_summary(all_stats: dict[str, dict[str, dict[str, Any]]], trials: int) -> None:
-    print("\n== Summary: the tuner (tpe) against the targets"
-          " (restarts to 98% <= 1/3 of random's and <= 1/2 of the grid's; crash/NaN after trial 10 <= 10%)")
-    print(f"   {'profile':<22} {'tpe/random':>11} {'tpe/grid':>9} {'gp/random':>10} {'grid/random':>12} "
-          f"{'tpe crash/NaN':>14}  verdict")
+    print("\n== Summary: the tuner (tpe) against the targets (median restarts to 98% <= 1/3 of random's and below"
+          " the best anchor's (random valid only, gp, grid); crash/NaN per restart after trial 10 <= 10%)")
+    print(f"   {'profile':<22} {'tpe/random':>11} {'tpe/best anchor':>24} {'tpe crash/NaN':>14}  verdict")
     for name, stats in all_stats.items():
-        tpe, rnd, grid, gp = (stats.get(k) for k in ("tpe", "random", "grid", "gp"))
+        tpe, rnd = stats.get("tpe"), stats.get("random")
         if tpe is None:
             continue
-
-        def ratio(a: dict | None, b: dict | None) -> tuple[str, float]:
-            if not a or not b:
-                return "-", float("nan")
-            x, y = _median(a["restarts_to"]), _median(b["restarts_to"])
-            return _ratio(x, y, trials), x / y
-        r_rand, v_rand = ratio(tpe, rnd)
-        r_grid, v_grid = ratio(tpe, grid)
-        r_gp, _ = ratio(gp, rnd)
-        r_gr, _ = ratio(grid, rnd)
+        mine = _median(tpe["restarts_to"])
+        r_rand = _ratio(mine, _median(rnd["restarts_to"]), trials) if rnd else "-"
+        anchors = {a: _median(stats[a]["restarts_to"]) for a in ANCHORS if a in stats}
+        best = min(anchors, key=anchors.get) if anchors else None
+        r_best = f"{_ratio(mine, anchors[best], trials)} ({best})" if best else "-"
         misses = []
-        if not v_rand <= 1 / 3 + 1e-9:
+        if rnd and not mine / _median(rnd["restarts_to"]) <= 1 / 3 + 1e-9:
             misses.append("vs random")
-        if not v_grid <= 1 / 2 + 1e-9:
-            misses.append("vs grid")
+        if best and not mine < anchors[best]:
+            misses.append("vs best anchor")
         if tpe["crash_share"] > 0.10:
             misses.append("crash/NaN")
         verdict = "met" if not misses else "missed: " + ", ".join(misses)
-        print(f"   {name:<22} {r_rand:>11} {r_grid:>9} {r_gp:>10} {r_gr:>12} {tpe['crash_share']:>14.0%}  {verdict}")
+        print(f"   {name:<22} {r_rand:>11} {r_best:>24} {tpe['crash_share']:>14.0%}  {verdict}")
     print("   (ratios of median restarts to 98%; '>=' / '<=' where a median is censored at "
           f"{trials + 1} = not reached in {trials} trials)")
 
@@ -654,6 +679,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help=f"simulator profiles (default: all: {', '.join(profiles)})")
     parser.add_argument("--strategies", nargs="+", default=list(STRATEGIES), choices=STRATEGIES)
     parser.add_argument("--seeds", type=int, default=10, help="runs per strategy (default 10)")
+    parser.add_argument("--seed-offset", type=int, default=0,
+                        help="first seed: runs use seeds OFFSET..OFFSET+SEEDS-1 (default 0)")
+    parser.add_argument("--intermittent", type=float, default=0.0, metavar="SHARE",
+                        help="share of configurations that crash on half of their starts (default 0)")
     parser.add_argument("--trials", type=int, default=40, help="trials per run (default 40)")
     parser.add_argument("--starts", type=int, default=24,
                         help="local-search starts for the optimum of a space too large to enumerate (default 24)")
@@ -683,10 +712,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     optima = {}
     for name in runnable:
         t = time.monotonic()
-        optima[name] = true_optimum(_problem(name), args.starts, args.quick, not args.no_cache)
+        optima[name] = true_optimum(_problem(name, args.intermittent), args.starts, args.quick, not args.no_cache)
         print(f"   [{name}: optimum {optima[name].value:.1f} by {optima[name].method} in {time.monotonic() - t:.0f} s]",
               flush=True)
-    tasks = [(n, s, seed, args.trials) for n in runnable for s in strategies for seed in range(args.seeds)]
+    seeds = range(args.seed_offset, args.seed_offset + args.seeds)
+    tasks = [(n, s, seed, args.trials, args.intermittent) for n in runnable for s in strategies for seed in seeds]
     results: dict[str, dict[str, list[list[TrialRecord]]]] = {n: {s: [] for s in strategies} for n in runnable}
     seconds: dict[str, float] = {}
     for done, (name, strategy, seed, records, took) in enumerate(_map(run_strategy, tasks, args.jobs), start=1):
@@ -696,7 +726,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(file=sys.stderr)
     all_stats = {}
     for name in runnable:
-        problem = _problem(name)
+        problem = _problem(name, args.intermittent)
         optimum = optima[name]
         found = [r.true for runs in results[name].values() for recs in runs for r in recs if r.true is not None]
         best_found = max(found) if problem.maximize else min(found)

@@ -8,9 +8,10 @@ Three changes, each because plain TPE wasted server restarts on the shipped spac
    tried little: a backend that produced NaN every time looks *better* than the working one tried often, and
    keeps being proposed (28% of the GLM-5 space's trials after the tenth crashed). Here the acquisition
    log l(x)/g(x) gets RISK_AVERSION * log P(runs | x) added, with P(runs | x) from `RunOdds`: per choice of
-   a categorical flag, from the trials that ran and the failures that blame it (the idea of c-TPE,
-   Watanabe and Hutter, IJCAI 2023, with a model that learns "this backend crashes" from two or three
-   trials; a multivariate Parzen estimate of feasibility, tried first, could not).
+   an unordered flag and per range of an ordered one, from the trials that ran and the failures that blame
+   them by kind (the idea of c-TPE, Watanabe and Hutter, IJCAI 2023, with a model that learns "this backend
+   crashes" from two or three trials, and "batch 96 ran out of memory" as a statement about 96 and above;
+   a multivariate Parzen estimate of feasibility, tried first, could not).
 2. **Nothing is proposed that is known in advance to be a wasted trial**: a candidate that breaks a constraint
    the space declares, or repeats a configuration already measured (or running), is dropped from TPE's
    candidates (a third of plain TPE's trials on the 70B space were such). If every candidate is one, TPE's
@@ -179,24 +180,40 @@ class CrashAwareTPE(optuna.samplers.TPESampler):
 
 _MISSING = object()
 PRIOR_STRENGTH = 1.0  # how many trials' worth the overall run rate counts for a choice seen rarely
+# The share of a failure's blame that goes to ordered flags (numbers: sizes, fractions, limits) when unordered
+# choices (backends, dtypes, switches) are suspects too. Running out of memory is what a larger size or
+# fraction does; NaN, garbage and a failed capture are what a kernel does.
+_ORDERED_SHARE = {"oom": 0.75, "nan": 0.25, "garbage": 0.25, "graph_capture_failed": 0.25,
+                  "wrong_answer": 0.25, "inconsistent_logprobs": 0.25}
+UP, DOWN, AT = 1, -1, 0  # a blame on an ordered flag covers its value and those above, below, or it alone
 
 
 class RunOdds:
-    """P(a server runs | one choice of a categorical flag), learned from the trials so far.
+    """P(a server runs | its flags), learned from the trials so far.
 
-    A failed trial blames, in equal shares, the choices in it that have never run (a backend that crashed
-    where every other choice was known to work takes the whole blame); if all of them have run, the failure
-    is an interaction and is shared by all its choices. Each choice's chance is its runs against its runs
-    plus blame, drawn towards the overall run rate while it has been tried little. A configuration runs
-    only if every choice in it does: its chance is that of its weakest choice. Trials refused for breaking a
+    A failed trial blames what in it has never been shown to run. For an unordered choice (a backend, a
+    dtype, a switch) that is the choice itself. For an ordered flag (a batch size, a memory fraction, a limit),
+    where failures are mostly monotone (a server that runs out of memory at max batch 96 does so at 128 too,
+    and may well run at 48), it is the failed value and everything beyond it on the side where no trial
+    has run: above the largest value that ran, or below the smallest. The blame is split between the two
+    kinds of suspect by the failure's kind (`_ORDERED_SHARE`: an OOM points at sizes, a NaN at kernels), then
+    equally within each. If nothing in the trial is unproven, the failure is an interaction, shared by all of
+    its choices and values. Each choice's chance is its runs against its runs plus blame, drawn towards the
+    overall run rate while it has been tried little; an ordered value's chance counts as runs the trials that
+    ran at that value or beyond it, and is 1 where no blame covers it (a value between or beyond tried ones is
+    not suspect in itself). A configuration runs only if every flag in it does: its chance is that of its
+    weakest unordered choice, times that of each ordered value under blame. Trials refused for breaking a
     declared constraint are not failures of any choice.
     """
 
     def __init__(self, log_by_choice: dict[tuple[str, Any], float], log_unseen: dict[str, float],
-                 log_base: float) -> None:
+                 log_base: float, ran_values: dict[str, list[float]],
+                 ordered_blame: dict[str, list[tuple[float, int, float]]]) -> None:
         self._log = log_by_choice
         self._unseen = log_unseen  # by flag: a choice of it not tried yet
         self._base = log_base  # a flag not tried yet
+        self._ran_values = ran_values  # by ordered flag: its values in the trials that ran
+        self._ordered_blame = ordered_blame  # by ordered flag: (value, side, weight) of each blame
 
     @classmethod
     def learn(cls, trials: Sequence[FrozenTrial]) -> RunOdds:
@@ -205,40 +222,103 @@ class RunOdds:
         failed = [t for t in counted if _violation(t) > 0]
         base = (len(ran) + 1) / (len(counted) + 2)
         runs: dict[tuple[str, Any], int] = {}
+        ran_values: dict[str, list[float]] = {}
         for t in ran:
             for choice in _choices(t):
                 runs[choice] = runs.get(choice, 0) + 1
+            for name, value in _ordered(t).items():
+                ran_values.setdefault(name, []).append(value)
         blame: dict[tuple[str, Any], float] = {}
+        ordered_blame: dict[str, list[tuple[float, int, float]]] = {}
         for t in failed:
-            choices = _choices(t)
-            suspects = [c for c in choices if c not in runs] or choices
+            choices, values = _choices(t), _ordered(t)
+            suspects = [c for c in choices if c not in runs]
+            ordered_suspects = [(name, value, side) for name, value in values.items()
+                                if (side := _unproven_side(value, ran_values.get(name, ()))) is not None]
+            if not suspects and not ordered_suspects:  # an interaction of flags that each ran elsewhere
+                suspects, ordered_suspects = choices, [(name, value, AT) for name, value in values.items()]
+            share = _ORDERED_SHARE.get(t.user_attrs.get("failure_kind"), 0.5) if suspects else 1.0
+            if not ordered_suspects:
+                share = 0.0
             for c in suspects:
-                blame[c] = blame.get(c, 0.0) + 1.0 / len(suspects)
+                blame[c] = blame.get(c, 0.0) + (1.0 - share) / len(suspects)
+            for name, value, side in ordered_suspects:
+                ordered_blame.setdefault(name, []).append((value, side, share / len(ordered_suspects)))
         # A flag whose choices crashed when first tried (backends on unsupported hardware) is likely to crash
-        # on the next new choice too: each flag's prior is the share of its tried choices that ever ran.
-        tried: dict[str, set] = {}
+        # on the next new choice too: each flag's prior is the share of its tried choices that ever ran (a
+        # choice that took part of a failure's blame counts as tried by that part).
+        tried: dict[str, float] = {}
         proven: dict[str, int] = {}
         for name, value in {*runs, *blame}:
-            tried.setdefault(name, set()).add(value)
-            proven[name] = proven.get(name, 0) + ((name, value) in runs)
-        prior = {name: base * (proven[name] + 1) / (len(values) + 1) for name, values in tried.items()}
+            ran_here = (name, value) in runs
+            tried[name] = tried.get(name, 0.0) + (1.0 if ran_here else min(1.0, blame[name, value]))
+            proven[name] = proven.get(name, 0) + ran_here
+        prior = {name: base * (proven[name] + 1) / (tried[name] + 1) for name in tried}
         log_by_choice = {c: math.log((runs.get(c, 0) + PRIOR_STRENGTH * prior[c[0]])
                                      / (runs.get(c, 0) + blame.get(c, 0.0) + PRIOR_STRENGTH))
                          for c in set(runs) | set(blame)}
         unseen = {name: math.log(p) for name, p in prior.items()}
-        return cls(log_by_choice, unseen, math.log(base))
+        return cls(log_by_choice, unseen, math.log(base), ran_values, ordered_blame)
 
     def log_run(self, params: Mapping[str, Any], search_space: Mapping[str, BaseDistribution]) -> float:
-        """log P(runs) of a configuration: that of its least likely categorical choice."""
-        logs = [self._log.get((name, _key(value)), self._unseen.get(name, self._base))
-                for name, value in params.items()
-                if isinstance(search_space.get(name), optuna.distributions.CategoricalDistribution)]
-        return min(logs, default=0.0)
+        """log P(runs) of a configuration: that of its least likely unordered choice, times that of each
+        ordered value that a failure's blame covers."""
+        weakest, ordered = 0.0, 0.0
+        for name, value in params.items():
+            dist = search_space.get(name)
+            if dist is None:
+                continue
+            if _is_ordered(dist):
+                ordered += self._log_run_ordered(name, float(value))
+            else:
+                weakest = min(weakest, self._log.get((name, _key(value)), self._unseen.get(name, self._base)))
+        return weakest + ordered
+
+    def _log_run_ordered(self, name: str, value: float) -> float:
+        """Each side's blame that covers this value against the runs that cover it; the worse side counts."""
+        worst = 0.0
+        for side in (UP, DOWN, AT):
+            blame = sum(w for v, s, w in self._ordered_blame.get(name, ()) if s == side and _covers(v, side, value))
+            if blame > 0:
+                runs = sum(_covers(value, side, r) for r in self._ran_values.get(name, ()))
+                worst = min(worst, math.log((runs + PRIOR_STRENGTH) / (runs + blame + PRIOR_STRENGTH)))
+        return worst
+
+
+def _covers(value: float, side: int, other: float) -> bool:
+    """Whether `other` lies on `side` of `value` (or is it)."""
+    return other == value or (side == UP and other > value) or (side == DOWN and other < value)
+
+
+def _unproven_side(value: float, ran: Sequence[float]) -> int | None:
+    """Where a failed value lies beyond every value that ran, if it does. Never run at all: above (larger
+    sizes and fractions are what run out of memory and meet untested batch shapes)."""
+    above = any(r >= value for r in ran)
+    below = any(r <= value for r in ran)
+    if not above:
+        return UP
+    if not below:
+        return DOWN
+    return None
+
+
+def _is_ordered(dist: BaseDistribution) -> bool:
+    if isinstance(dist, (optuna.distributions.IntDistribution, optuna.distributions.FloatDistribution)):
+        return True
+    return isinstance(dist, optuna.distributions.CategoricalDistribution) and all(
+        isinstance(c, (int, float)) and not isinstance(c, bool) for c in dist.choices)
+
+
+def _ordered(trial: FrozenTrial) -> dict[str, float]:
+    return {name: float(value) for name, value in trial.params.items()
+            if (dist := trial.distributions.get(name)) is not None and _is_ordered(dist)}
 
 
 def _choices(trial: FrozenTrial) -> list[tuple[str, Any]]:
+    """The trial's unordered choices."""
     return [(name, _key(value)) for name, value in trial.params.items()
-            if isinstance(trial.distributions.get(name), optuna.distributions.CategoricalDistribution)]
+            if isinstance(dist := trial.distributions.get(name), optuna.distributions.CategoricalDistribution)
+            and not _is_ordered(dist)]
 
 
 def _key(value: Any) -> Any:

@@ -115,6 +115,16 @@ def test_oom_at_capture(start_sim):
     assert "Possible solutions:\n1. set --mem-fraction-static to a smaller value" in log
 
 
+def test_oom_at_capture_over_only_above_its_batch_size(start_sim):
+    args = ("--tp-size", "8", "--attention-backend", "trtllm_mla")
+    big = start_sim(*args, "--cuda-graph-max-bs", "64", profile=GLM, scale=FAST, faults="oom_at_capture_over=48",
+                    wait=False)
+    assert big.wait_exit(30) != 0
+    assert "Capture cuda graph failed: torch.OutOfMemoryError" in big.log()
+    small = start_sim(*args, "--cuda-graph-max-bs", "48", profile=GLM, scale=FAST, faults="oom_at_capture_over=48")
+    assert small.alive() and "Capture cuda graph end" in small.log()
+
+
 def test_nan_when_batch_over(start_sim):
     sim = start_sim(faults="nan_when_batch_over=2")
     with sim.client() as c:

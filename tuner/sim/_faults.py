@@ -21,6 +21,7 @@ class Faults:
     crash_after_requests: int | None = None
     hang_at_capture: bool = False
     oom_at_capture: bool = False
+    oom_at_capture_over: int | None = None  # OOM at capture when the largest captured batch size exceeds this
     nan_when_batch_over: int | None = None
     response_delay: float = 0.0
     # A live server's per-request tracebacks: for each stream the client closes early and each HTTP 500.

@@ -193,7 +193,10 @@ class SimServer:
 
     async def _capture(self) -> None:
         knobs, mem, log, failure = self.knobs, self.setup.memory, self.log, self.setup.failure
-        if not knobs.cuda_graph and not self.faults.hang_at_capture and not self.faults.oom_at_capture:
+        over = self.faults.oom_at_capture_over
+        oom_fault = self.faults.oom_at_capture or (
+            over is not None and knobs.cuda_graph and max(knobs.cuda_graph_bs, default=0) > over)
+        if not knobs.cuda_graph and not self.faults.hang_at_capture and not oom_fault:
             return
         before = mem.avail_after_kv_gb
         bs = list(knobs.cuda_graph_bs)
@@ -207,7 +210,6 @@ class SimServer:
         if hang:
             mark("hang")
             await self.forever.wait()
-        oom_fault = self.faults.oom_at_capture
         if failure is not None and failure.stage == "capture" or oom_fault:
             await self.phase(self.setup.phases.capture_s * 0.3)
             if oom_fault and not (failure and failure.stage == "capture"):
