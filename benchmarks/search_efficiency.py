@@ -8,6 +8,8 @@ runs each strategy for `--trials` trials (default 40) over `--seeds` seeds (defa
 - `random-valid`: random search that never draws a configuration breaking a declared constraint or one already
   measured (plain random spends a fifth to a quarter of its trials on those: free, but counted in its budget);
 - `gp`: the tuner with `--sampler gp` (Optuna's GPSampler; needs torch and scipy, skipped without them);
+- `smac`: SMAC3's random-forest BO through its ask/tell interface (`benchmarks/_smac_anchor.py` says how the
+  space maps onto it; needs `pip install -e '.[bench]'`, skipped without it);
 - `grid`: a tiered grid in the manner of SGLang's `auto_benchmark` (below).
 
 The three Optuna strategies run the tuner's own worker in-process: `Worker._objective` as `run` calls it
@@ -83,6 +85,7 @@ sys.path.insert(0, str(REPO))
 
 import optuna  # noqa: E402
 
+import _smac_anchor  # noqa: E402
 from tuner._failures import FailureKind, FailureRecord  # noqa: E402
 from tuner._probe import LevelMetrics, ProbeResult  # noqa: E402
 from tuner._space import ServerConfig, Space  # noqa: E402
@@ -98,9 +101,9 @@ from tuner.sim._profile import Profile, load_profile  # noqa: E402
 PROFILES_DIR = REPO / "tuner" / "sim" / "profiles"
 SPACES_DIR = REPO / "search_spaces"
 CACHE_DIR = REPO / ".cache" / "search_efficiency"
-STRATEGIES = ("tpe", "random", "random-valid", "gp", "grid")
+STRATEGIES = ("tpe", "random", "random-valid", "gp", "smac", "grid")
 LABELS = {"tpe": "tpe (tuner default)", "random": "random", "random-valid": "random, valid only",
-          "gp": "gp (Optuna GPSampler)", "grid": "tiered grid"}
+          "gp": "gp (Optuna GPSampler)", "smac": "smac (SMAC3 RF)", "grid": "tiered grid"}
 TARGET = 0.98  # "reached": the pick's true value is at least this share of the optimum
 EXHAUSTIVE_MAX = 20_000  # valid grid points up to which the optimum is found by evaluating every one
 OPTIMUM_METHOD = "v1"  # bump when the optimum search changes: old cache files are then ignored
@@ -404,6 +407,29 @@ class TieredGrid:
         return observed
 
 
+def run_smac(problem: Problem, seed: int, trials: int) -> list[TrialRecord]:
+    """SMAC proposes; refusals and repeats are free, as in the tuner; everything else is one server start."""
+    records: list[TrialRecord] = []
+    observed_by_key: dict[str, float | None] = {}
+
+    def measure(number: int, values: dict[str, Any]) -> float | None:
+        if problem.space.violations(values):
+            records.append(TrialRecord(number, "invalid_config", False, None, None))
+            return None
+        config = problem.space.config(values)
+        key, true = config.key(), problem.true_value(config)
+        if key in observed_by_key:
+            records.append(TrialRecord(number, "reused", False, observed_by_key[key], true))
+            return observed_by_key[key]
+        m = problem.measure(config, noise_seed(seed, number))
+        observed_by_key[key] = observed = problem.value(m)
+        records.append(TrialRecord(number, m.failure.value if m.failure else "none", True, observed, true))
+        return observed
+
+    _smac_anchor.run_smac(problem.space, seed, trials, problem.maximize, measure)
+    return records
+
+
 def _product(options: Sequence[Sequence[Any]]) -> Iterable[tuple[Any, ...]]:
     if not options:
         return [()]
@@ -417,6 +443,8 @@ def run_strategy(task: tuple[str, str, int, int, float]) -> tuple[str, str, int,
     t0 = time.monotonic()
     if strategy == "grid":
         records = TieredGrid(problem, seed, trials).run()
+    elif strategy == "smac":
+        records = run_smac(problem, seed, trials)
     else:
         records = run_tuner(problem, strategy, seed, trials)
     return name, strategy, seed, records, time.monotonic() - t0
@@ -633,12 +661,12 @@ def print_table(problem: Problem, optimum: Optimum, stats: dict[str, dict[str, A
               f"{s['crash_share']:>14.0%} {s['free_share']:>9.0%} {ratio_r:>16} {ratio_t:>14}")
 
 
-ANCHORS = ("random-valid", "gp", "grid")  # the established strategies the tuner must beat
+ANCHORS = ("random-valid", "gp", "smac", "grid")  # the established strategies the tuner must beat
 
 
 def print_summary(all_stats: dict[str, dict[str, dict[str, Any]]], trials: int) -> None:
     print("\n== Summary: the tuner (tpe) against the targets (median restarts to 98% <= 1/3 of random's and below"
-          " the best anchor's (random valid only, gp, grid); crash/NaN per restart after trial 10 <= 10%)")
+          " the best anchor's (random valid only, gp, smac, grid); crash/NaN per restart after trial 10 <= 10%)")
     print(f"   {'profile':<22} {'tpe/random':>11} {'tpe/best anchor':>24} {'tpe crash/NaN':>14}  verdict")
     for name, stats in all_stats.items():
         tpe, rnd = stats.get("tpe"), stats.get("random")
@@ -668,6 +696,8 @@ def available_strategies(wanted: Sequence[str]) -> tuple[list[str], dict[str, st
     skipped = {}
     if "gp" in wanted and not (importlib.util.find_spec("torch") and importlib.util.find_spec("scipy")):
         skipped["gp"] = "Optuna's GPSampler needs torch and scipy (pip install torch scipy)"
+    if "smac" in wanted and (reason := _smac_anchor.available()):
+        skipped["smac"] = reason
     return [s for s in wanted if s not in skipped], skipped
 
 
