@@ -19,6 +19,7 @@ proposal is answered from the earlier measurement without a restart, as the tune
 from __future__ import annotations
 
 import tempfile
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -83,7 +84,9 @@ def run_smac(space: Space, seed: int, trials: int, maximize: bool,
 
     crash_cost = 0.0 if maximize else 1e12  # as bad as no throughput at all (SMAC minimises the cost)
     cs = config_space(space, seed)
-    with tempfile.TemporaryDirectory(prefix="smac-") as tmp:
+    # SMAC's random forest averages empty leaves while few trials have run: numpy's warning, not ours.
+    with tempfile.TemporaryDirectory(prefix="smac-") as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
         scenario = Scenario(cs, deterministic=True, n_trials=trials, seed=seed, crash_cost=crash_cost,
                             output_directory=Path(tmp) / "out")
         first = None
