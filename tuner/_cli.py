@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from ._errors import TunerError, UsageError
+from ._simulate import AUTO, DEFAULT_PROFILE
 from ._study import SAMPLERS
 
 
@@ -23,8 +24,11 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--space", default=None, help="search-space file (default: search_spaces/default.yaml, "
                        "or search_spaces/<profile>.yaml with --simulate)")
         p.add_argument("--model", default=None, help="model path (overrides server.model-path)")
-        p.add_argument("--simulate", nargs="?", const="glm5-nvfp4-sm120", default=None, metavar="PROFILE",
-                       help="launch the simulated SGLang server with this profile (default: glm5-nvfp4-sm120)")
+        p.add_argument("--simulate", nargs="?", const=AUTO, default=None, metavar="PROFILE",
+                       help="launch the simulated SGLang server (tuner.sim) instead of the real one, with this "
+                       "profile (a name or a file); without one: the profile the space names (sim-profile:), "
+                       "else the one named like the space, else one of the space's SGLang version; "
+                       f"without --space: {DEFAULT_PROFILE} and its space")
 
     run = sub.add_parser("run", help="run (or continue) a study")
     run.add_argument("--trials", type=int, required=True, help="total trials the study should have")
@@ -103,8 +107,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "check":
         from ._run import check
 
-        check(args.space, args.simulate, args.model)
-        return 0
+        return 2 if check(args.space, args.simulate, args.model).errors else 0
     if args.command == "export":
         from ._export import export
 
