@@ -78,6 +78,8 @@ def _parser() -> argparse.ArgumentParser:
     storage_args(show)
     show.add_argument("--sort", default="value", help="value, number, time, or a metric name")
     show.add_argument("--failed", action="store_true", help="only trials that did not qualify")
+    show.add_argument("--wide", action="store_true", help="a column for every parameter, instead of the ones "
+                      "in which each trial differs from the winner")
     return parser
 
 
@@ -132,6 +134,6 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "show":
         from ._show import show
 
-        print(show(args.storage, args.study, args.sort, args.failed))
+        print(show(args.storage, args.study, args.sort, args.failed, args.wide))
         return 0
     raise UsageError(f"unknown command {args.command}")

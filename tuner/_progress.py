@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import statistics
 import sys
 import textwrap
@@ -144,9 +145,15 @@ def summary(study: optuna.Study, spec: Spec, top: int = 5) -> str:
 
 
 def table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
+    """Columns padded to their widest cell; a column of numbers (and "-") is right-aligned."""
     cells = [list(map(str, header))] + [[format_value(c) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells)
+    numeric = [all(_NUMBER.fullmatch(r[i]) for r in cells[1:]) and len(cells) > 1 for i in range(len(header))]
+    return "\n".join("  ".join(c.rjust(w) if right else c.ljust(w) for c, w, right in zip(r, widths, numeric)).rstrip()
+                     for r in cells)
+
+
+_NUMBER = re.compile(r"-|-?[\d,]+(\.\d+)?")
 
 
 def format_value(value: Any) -> str:
