@@ -92,3 +92,21 @@ def test_progress_lines_count_and_shorten_messages_at_a_word(study):
         assert full[len(shown) - 4] == " ", shown  # cut before a word, never inside one
     # On resume, "best" is over the whole study: the baseline of the first run counts.
     assert "best -" not in study.progress
+
+
+def test_run_summary_names_the_gain_over_the_baseline_and_next_steps(study):
+    trials = study.study("cause").get_trials()
+    base = trials[0]
+    best = max((t for t in trials if t.user_attrs["feasible"]), key=lambda t: t.value)
+    before, after = base.user_attrs["output_throughput"], best.user_attrs["output_throughput"]
+    summary = study.progress[study.progress.index("8 trials: 5 qualified; crash_on_start 3"):]
+    assert f"winner: trial {best.number}, not confirmed: output_throughput {after:,.1f} from one run" in summary
+    if best.number != base.number:  # (the instant profile's speeds are noise: the baseline may win)
+        assert (f"  {(after - before) / before:+.0%} over the baseline (trial 0): {before:,.0f} -> {after:,.0f} "
+                "tok/s") in summary
+    else:
+        assert "over the baseline" not in summary
+    steps = summary[summary.index("next:"):].splitlines()[1:]
+    assert [s.split()[:4] for s in steps] == [["python", "-m", "tuner", "confirm"], ["python", "-m", "tuner", "export"],
+                                              ["python", "-m", "tuner", "report"],
+                                              ["optuna-dashboard", "sqlite:///trials.db", "--artifact-dir", "runs/artifacts"]]

@@ -31,11 +31,15 @@ def _parser() -> argparse.ArgumentParser:
                        f"without --space: {DEFAULT_PROFILE} and its space")
 
     run = sub.add_parser("run", help="run (or continue) a study")
-    run.add_argument("--trials", type=int, required=True, help="total trials the study should have")
+    run.add_argument("--trials", type=int, required=True, help="total trials the study should have (a study "
+                     "that has 40 and is run with --trials 60 runs 20 more)")
     space_args(run)
     storage_args(run)
-    run.add_argument("--sampler", choices=SAMPLERS, default="tpe")
-    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--sampler", choices=SAMPLERS, default="tpe",
+                     help="how configurations are proposed: tpe (learns which flags crash; the default), random, "
+                     "or gp (Optuna's Gaussian-process sampler; needs scipy and torch). Fixed when the study is created")
+    run.add_argument("--seed", type=int, default=0, help="the sampler's random seed, for a repeatable sequence of "
+                     "proposals (default: %(default)s)")
     run.add_argument("--workdir", default="runs", help="where server logs and records go (default: %(default)s)")
     run.add_argument("--timeout", type=float, default=None, help="stop starting trials after this many seconds")
     run.add_argument("--api-key-env", default=None, metavar="NAME",
@@ -55,20 +59,25 @@ def _parser() -> argparse.ArgumentParser:
     export = sub.add_parser("export", help="write the best configuration as a --config file")
     storage_args(export)
     export.add_argument("--out", default=None, help="file to write (default: best.yaml; '-' for stdout)")
-    export.add_argument("--format", choices=("yaml", "cmd", "json"), default="yaml")
+    export.add_argument("--format", choices=("yaml", "cmd", "json"), default="yaml",
+                        help="yaml: a --config file (and best.sh where the file alone cannot launch it); cmd: the "
+                        "whole command line; json: everything recorded about the trial (default: %(default)s)")
     export.add_argument("--trial", type=int, default=None, help="export this trial instead of the best")
 
     confirm = sub.add_parser("confirm", help="re-measure the best trials on fresh servers and rank by the median")
     storage_args(confirm)
-    confirm.add_argument("--top", type=int, default=3)
-    confirm.add_argument("--repeats", type=int, default=3)
-    confirm.add_argument("--workdir", default="runs")
+    confirm.add_argument("--top", type=int, default=3, help="how many of the best distinct configurations to "
+                         "re-measure (default: %(default)s)")
+    confirm.add_argument("--repeats", type=int, default=3, help="fresh servers per configuration "
+                         "(default: %(default)s)")
+    confirm.add_argument("--workdir", default="runs", help="where their server logs go (default: %(default)s)")
 
     dashboard = sub.add_parser("dashboard", help="start optuna-dashboard on the storage, with the server logs")
-    dashboard.add_argument("--storage", default="sqlite:///trials.db")
-    dashboard.add_argument("--host", default="127.0.0.1")
-    dashboard.add_argument("--port", type=int, default=8080)
-    dashboard.add_argument("--workdir", default="runs")
+    dashboard.add_argument("--storage", default="sqlite:///trials.db", help="Optuna storage URL (default: %(default)s)")
+    dashboard.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    dashboard.add_argument("--port", type=int, default=8080, help="port to listen on (default: %(default)s)")
+    dashboard.add_argument("--workdir", default="runs", help="the run's --workdir, whose artifacts/ holds the "
+                           "server logs (default: %(default)s)")
 
     report = sub.add_parser("report", help="HTML page with charts of the study (needs matplotlib)")
     storage_args(report)

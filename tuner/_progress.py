@@ -104,7 +104,7 @@ def duration(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
-def summary(study: optuna.Study, spec: Spec, top: int = 5) -> str:
+def summary(study: optuna.Study, spec: Spec, top: int = 5, dashboard: str | None = None) -> str:
     """The run's last screen: what happened, the winner (as export and show name it), what to do next."""
     from ._errors import NoEligibleTrialError
     from ._results import versus_baseline, winner
@@ -141,6 +141,8 @@ def summary(study: optuna.Study, spec: Spec, top: int = 5) -> str:
     steps = ([] if best.confirmed else ["python -m tuner confirm --top 3 --repeats 3   # re-measure the best on fresh servers"])
     steps += ["python -m tuner export                        # best.yaml (and the command that launches it)",
               "python -m tuner report                        # report/index.html"]
+    if dashboard:
+        steps.append(f"{dashboard}   # every trial, its note and server log")
     return "\n".join(lines + ["next:"] + [f"  {step}" for step in steps])
 
 

@@ -202,7 +202,7 @@ def run(options: RunOptions, stream=sys.stderr) -> optuna.Study:
                 progress.say("interrupted: the server was stopped and the trial marked; "
                              "run the same command again to resume")
                 raise KeyboardInterrupt from None
-    progress.say(summary(study, spec))
+    progress.say(summary(study, spec, dashboard=f"optuna-dashboard {options.storage} --artifact-dir {artifacts}"))
     return study
 
 
