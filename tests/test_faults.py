@@ -258,5 +258,5 @@ def test_a_server_killed_from_outside_is_said_to_be(tuner):
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 0, out
     message = tuner.study("faults").trials[0].user_attrs["failure_message"]
-    assert message.startswith("server killed by SIGKILL from outside the tuner (the kernel's OOM killer sends it"), message
+    assert message.startswith("server killed by SIGKILL from outside the tuner; the kernel's OOM killer sends it"), message
     assert tuner.leftovers() == {}

@@ -71,7 +71,8 @@ def test_show_fits_the_terminal_and_keeps_whole_messages(study):
     messages = out[out.index("messages:"):]
     # The simulator, as SGLang, SIGKILLs its own process tree after a scheduler exception: said so, with the
     # exception line, not the traceback's first line.
-    assert "trials 2, 4, 6 (crash_on_start): server ended itself (SIGKILL) after a fatal error:" in messages
+    assert "trials 2, 4, 6 (crash_on_start): RuntimeError: the triton attention" in messages
+    assert "(server ended itself with SIGKILL after a fatal error)" in " ".join(messages.split())
     assert " ".join(messages.split()).count(CRASH) == 1
     winner = next(line for line in lines if line.startswith("winner: "))
     assert winner.startswith("winner: trial ") and "not confirmed" in winner
@@ -85,7 +86,7 @@ def test_progress_lines_count_and_shorten_messages_at_a_word(study):
     assert "elapsed, ~" in lines[0] and lines[-1].endswith("elapsed")
     crash = [line for line in lines if " crash_on_start " in line]
     assert len(crash) == 3
-    full = f"server ended itself (SIGKILL) after a fatal error: {CRASH}"
+    full = f"{CRASH} (server ended itself with SIGKILL after a fatal error)"
     for line in crash:
         shown = re.search(r"crash_on_start +(.*?) +\d+\.\ds  best", line).group(1)
         assert shown.endswith(" ...") and full.startswith(shown.removesuffix(" ..."))

@@ -14,6 +14,7 @@ from typing import Any, TextIO
 import optuna
 from optuna.trial import TrialState
 
+from ._failures import FailureKind
 from ._spec import Spec
 
 
@@ -67,32 +68,32 @@ class Progress:
         if attrs.get("failure_kind") != "interrupted":
             self.finished += 1
         if attrs.get("feasible"):
-            outcome = (f"ok         {metric}={attrs.get(metric, 0.0):.1f}  p99_ttft={attrs.get('p99_ttft_ms', 0):.0f}ms "
-                       f"p99_itl={attrs.get('p99_itl_ms', 0):.1f}ms")
+            kind, text = "ok", (f"{metric}={attrs.get(metric, 0.0):.1f} p99_ttft={attrs.get('p99_ttft_ms', 0):.0f}ms "
+                                f"p99_itl={attrs.get('p99_itl_ms', 0):.1f}ms")
         elif attrs.get("stopped_early"):
-            outcome = "stopped    slower than earlier trials (pruner)"
+            kind, text = "stopped", "slower than earlier trials (pruner)"
         else:
             # Shortened at a word; `show` and the dashboard keep the whole message.
-            outcome = f"{attrs.get('failure_kind', 'none'):<10} " + textwrap.shorten(
+            kind, text = attrs.get("failure_kind", "none"), textwrap.shorten(
                 attrs.get("failure_message", "") or "-", width=MESSAGE_WIDTH, placeholder=" ...")
+        outcome = f"{kind:<{KIND_WIDTH}} {text}"
         if attrs.get("reused_from") is not None:
             outcome += f"  (same as trial {attrs['reused_from']}, no restart)"
         tag = "baseline" if attrs.get("baseline") else ""
         best = f"best {self.best[1]:.1f} (trial {self.best[0]})" if self.best else "best -"
         self.say(f"[{self.finished:>{len(str(self.total))}}/{self.total}] trial {trial.number:>3} {tag:<8} "
-                 f"{outcome:<{MESSAGE_WIDTH + 11}}  {attrs.get('total_seconds', 0.0):5.1f}s  {best}  {self._times()}")
+                 f"{outcome:<{KIND_WIDTH + 1 + MESSAGE_WIDTH}}  {attrs.get('total_seconds', 0.0):5.1f}s  {best}  {self._times()}")
 
     def _times(self) -> str:
-        elapsed = time.monotonic() - self.started
+        elapsed = f"{duration(time.monotonic() - self.started)} elapsed"
         left = max(0, self.total - self.finished)
-        if not left:
-            return f"{duration(elapsed)} elapsed"
-        if not self.seconds:
-            return f"{duration(elapsed)} elapsed"
-        return f"{duration(elapsed)} elapsed, ~{duration(statistics.median(self.seconds) * left / self.jobs)} left"
+        if not left or not self.seconds:
+            return elapsed
+        return f"{elapsed}, ~{duration(statistics.median(self.seconds) * left / self.jobs)} left"
 
 
-MESSAGE_WIDTH = 58  # of a failure message in the progress line
+MESSAGE_WIDTH = 56  # of a failure message in the progress line
+KIND_WIDTH = max(len(kind.value) for kind in FailureKind)
 
 
 def duration(seconds: float) -> str:

@@ -115,7 +115,7 @@ def crash_failure(watcher: LogWatcher, stage: str, code: int | None,
         kind = FailureKind.CRASH_UNDER_LOAD
     what = exit_text(code, signalled, fatal is not None) if code is not None else "fatal log line"
     cause = watcher.cause()
-    message = f"{what}: {cause}" if cause else what
+    message = f"{cause} ({what})" if cause else what  # the cause first: a shortened message keeps it
     return TrialFailure(kind, message[:500], watcher.excerpt(around=fatal.line if fatal else None), stage)
 
 
@@ -131,6 +131,6 @@ def exit_text(code: int, signalled: Collection[str] = (), fatal_logged: bool = F
     if name in signalled:
         return f"server ended by the tuner's own {name}"
     if fatal_logged:
-        return f"server ended itself ({name}) after a fatal error"
-    hint = " (the kernel's OOM killer sends it: see dmesg)" if name == "SIGKILL" else ""
+        return f"server ended itself with {name} after a fatal error"
+    hint = "; the kernel's OOM killer sends it: see dmesg" if name == "SIGKILL" else ""
     return f"server killed by {name} from outside the tuner{hint}"
