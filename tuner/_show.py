@@ -45,7 +45,10 @@ def show(storage: str, study_name: str | None, sort: str = "value", failed_only:
         reference = best.trial if best else None
         title = f"differs from trial {reference.number} (--wide)" if reference else "flags (--wide)"
         room = max(20, width - max(map(len, table(rows, header).splitlines())) - 2)
-        text = table([[*row, _differences(t, reference, room)] for row, t in zip(rows, trials)], [*header, title])
+        # Choices first (a backend, a switch: what failures hinge on), fine-grained numbers last.
+        distinct = Counter(k for k, _ in {(k, format_value(v)) for t in everything for k, v in t.params.items()})
+        text = table([[*row, _differences(t, reference, room, distinct)] for row, t in zip(rows, trials)],
+                     [*header, title])
     parts = [text]
     if best is not None:
         flags = " ".join(f"{k}={format_value(v)}" for k, v in best.trial.params.items())
@@ -70,10 +73,13 @@ def _outcome(t: FrozenTrial, best) -> str:
     return text
 
 
-def _differences(t: FrozenTrial, reference: FrozenTrial | None, room: int) -> str:
-    """The trial's parameters that differ from the reference's (all without one), cut at a whole flag."""
-    items = [f"{k}={format_value(v)}" for k, v in t.params.items()
-             if reference is None or format_value(v) != format_value(reference.params.get(k))]
+def _differences(t: FrozenTrial, reference: FrozenTrial | None, room: int, distinct: Counter) -> str:
+    """The trial's parameters that differ from the reference's (all without one), those with the fewest
+    distinct values first, cut at a whole flag."""
+    names = sorted((k for k, v in t.params.items()
+                    if reference is None or format_value(v) != format_value(reference.params.get(k))),
+                   key=lambda k: distinct[k])
+    items = [f"{k}={format_value(t.params[k])}" for k in names]
     shown: list[str] = []
     for i, item in enumerate(items):
         rest = len(items) - i - 1

@@ -40,7 +40,8 @@ def _dp_attention(flags: Mapping[str, Any]) -> dict[str, Any]:
 
 # Booleans deprecated since 0.5.18: the command line still takes them (with a warning), but the --config
 # parser of 0.5.23 refuses a DeprecatedStoreTrueAction option outright. Each has a current spelling with the
-# same meaning (the one its deprecation warning names); the flags it returns win over nothing already given.
+# same meaning (the one its deprecation warning names). A respelling sets a flag only where the trial did not
+# set it itself, and None drops one (dp-size, folded into attn-dp-size).
 _RESPELLED = {"disable-cuda-graph": _graphs_off, "enable-dp-attention": _dp_attention}
 
 
