@@ -91,7 +91,8 @@ def prepare(space: str | None, simulate: str | None, model: str | None, strict: 
     env = {**os.environ, **spec.server.env}
     profile = None
     if simulate is not None:
-        profile = choose_profile(spec, space_path, simulate if space or simulate != AUTO else DEFAULT_PROFILE)
+        # Plain `--simulate` without --space is the seed deployment's dry run (Quick start).
+        profile = choose_profile(spec, space_path, DEFAULT_PROFILE if simulate == AUTO and not space else simulate)
         command = SIM_COMMAND
         env["TUNER_SIM_PROFILE"] = profile
         for name, value in SIM_SPEED.items():

@@ -22,11 +22,11 @@ MIN_COUNT = 2
 
 
 def show(storage: str, study_name: str | None, sort: str = "value", failed_only: bool = False,
-         wide: bool = False, width: int | None = None) -> str:
+         wide: bool = False) -> str:
     study = load_study(storage, study_name)
     everything = study.get_trials(deepcopy=False)
     metric = (study.metric_names or ["output_throughput"])[0]
-    width = width or shutil.get_terminal_size((120, 24)).columns
+    width = shutil.get_terminal_size((120, 24)).columns
     try:
         best = winner(study)
     except NoEligibleTrialError:
@@ -52,8 +52,8 @@ def show(storage: str, study_name: str | None, sort: str = "value", failed_only:
     parts = [text]
     if best is not None:
         flags = " ".join(f"{k}={format_value(v)}" for k, v in best.trial.params.items())
-        parts.append("\n".join(textwrap.fill(text, width=width, subsequent_indent="  ", break_on_hyphens=False)
-                               for text in (f"winner: {best.describe(metric)}", f"  {flags}")))
+        parts.append("\n".join(textwrap.fill(line, width=width, subsequent_indent="  ", break_on_hyphens=False)
+                               for line in (f"winner: {best.describe(metric)}", f"  {flags}")))
     parts.append(failure_breakdown(everything))
     parts.append(_messages(trials, width))
     return "\n\n".join(p for p in parts if p)
