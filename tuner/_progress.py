@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import statistics
 import sys
 import textwrap
@@ -135,8 +136,9 @@ def summary(study: optuna.Study, spec: Spec, top: int = 5, dashboard: str | None
     shown = feasible[:top]
     varying = [k for k in dict.fromkeys(k for t in shown for k in t.params)
                if len({format_value(t.params.get(k)) for t in shown}) > 1]  # what tells them apart
+    room = max(30, shutil.get_terminal_size((120, 24)).columns - 53)
     for t in shown:
-        flags = " ".join(f"{k}={format_value(t.params.get(k))}" for k in varying)
+        flags = fit([f"{k}={format_value(t.params.get(k))}" for k in varying], room)
         lines.append(f"{t.number:>5}  {t.user_attrs.get(metric, 0):>18.1f}  {t.user_attrs.get('p99_ttft_ms', 0):>11.0f}"
                      f"  {t.user_attrs.get('p99_itl_ms', 0):>10.1f}  {flags}")
     steps = ([] if best.confirmed else ["python -m tuner confirm --top 3 --repeats 3   # re-measure the best on fresh servers"])
@@ -145,6 +147,17 @@ def summary(study: optuna.Study, spec: Spec, top: int = 5, dashboard: str | None
     if dashboard:
         steps.append(f"{dashboard}   # every trial, its note and server log")
     return "\n".join(lines + ["next:"] + [f"  {step}" for step in steps])
+
+
+def fit(items: Sequence[str], room: int) -> str:
+    """The items joined by spaces, as many as fit in `room` characters, then how many more there are."""
+    shown: list[str] = []
+    for i, item in enumerate(items):
+        rest = len(items) - i - 1
+        if len(" ".join([*shown, item])) + (len(f" +{rest} more") if rest else 0) > room:
+            return " ".join([*shown, f"+{len(items) - i} more"])
+        shown.append(item)
+    return " ".join(shown)
 
 
 def table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:

@@ -9,7 +9,7 @@ from collections import Counter, defaultdict
 from optuna.trial import FrozenTrial, TrialState
 
 from ._errors import NoEligibleTrialError
-from ._progress import format_value, table
+from ._progress import fit, format_value, table
 from ._results import load_study, winner
 
 # Each column one precision: throughput to 0.1 tok/s, TTFT to the ms, ITL to 0.1 ms, time to 0.1 s.
@@ -79,14 +79,7 @@ def _differences(t: FrozenTrial, reference: FrozenTrial | None, room: int, disti
     names = sorted((k for k, v in t.params.items()
                     if reference is None or format_value(v) != format_value(reference.params.get(k))),
                    key=lambda k: distinct[k])
-    items = [f"{k}={format_value(t.params[k])}" for k in names]
-    shown: list[str] = []
-    for i, item in enumerate(items):
-        rest = len(items) - i - 1
-        if len(" ".join([*shown, item])) + (len(f" +{rest} more") if rest else 0) > room:
-            return " ".join([*shown, f"+{len(items) - i} more"])
-        shown.append(item)
-    return " ".join(shown)
+    return fit([f"{k}={format_value(t.params[k])}" for k in names], room)
 
 
 def failure_breakdown(trials: list[FrozenTrial]) -> str:
