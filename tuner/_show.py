@@ -15,10 +15,12 @@ from ._results import load_study, winner
 # Each column one precision: throughput to 0.1 tok/s, TTFT to the ms, ITL to 0.1 ms, time to 0.1 s.
 _METRICS = (("out tok/s", "output_throughput", "{:.1f}"), ("p99 TTFT ms", "p99_ttft_ms", "{:.0f}"),
             ("p99 ITL ms", "p99_itl_ms", "{:.1f}"), ("seconds", "total_seconds", "{:.1f}"))
-# A value must be this much more frequent among the failures of a kind than among all trials, and present in
-# at least MIN_COUNT of them, to be named as what those failures had in common.
-MIN_LIFT = 1.5
+# A value is named as what the failures of a kind had in common when it is at least MIN_LIFT times more frequent
+# among them than among all trials, present in at least MIN_COUNT of them, and at least MIN_SHARE of the trials
+# with it failed that way (a value in 2 of 2 failures but also in 12 trials that ran is no cause).
+MIN_LIFT = 2.0
 MIN_COUNT = 2
+MIN_SHARE = 0.25
 
 
 def show(storage: str, study_name: str | None, sort: str = "value", failed_only: bool = False,
@@ -54,7 +56,7 @@ def show(storage: str, study_name: str | None, sort: str = "value", failed_only:
         flags = " ".join(f"{k}={format_value(v)}" for k, v in best.trial.params.items())
         parts.append("\n".join(textwrap.fill(line, width=width, subsequent_indent="  ", break_on_hyphens=False)
                                for line in (f"winner: {best.describe(metric)}", f"  {flags}")))
-    parts.append(failure_breakdown(everything))
+    parts.append(failure_breakdown(everything, width))
     parts.append(_messages(trials, width))
     return "\n\n".join(p for p in parts if p)
 
@@ -82,10 +84,10 @@ def _differences(t: FrozenTrial, reference: FrozenTrial | None, room: int, disti
     return fit([f"{k}={format_value(t.params[k])}" for k in names], room)
 
 
-def failure_breakdown(trials: list[FrozenTrial]) -> str:
-    """For each failure kind, the parameter value that sets its trials apart: the one most over-represented
-    among them compared with all trials (lift), not merely the most frequent (a value most trials have is
-    frequent among failures too, and explains nothing). Interrupted trials are no configuration's fault."""
+def failure_breakdown(trials: list[FrozenTrial], width: int = 120) -> str:
+    """For each failure kind, the parameter values that set its trials apart: ranked by how much more often they
+    occur among them than among all trials (lift), not by how often (a value most trials have is frequent among
+    failures too, and explains nothing). Interrupted trials are no configuration's fault."""
     finished = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
     by_kind: dict[str, list[FrozenTrial]] = defaultdict(list)
     for t in trials:
@@ -95,19 +97,20 @@ def failure_breakdown(trials: list[FrozenTrial]) -> str:
     if not by_kind:
         return "failures: none"
     everywhere = Counter((k, format_value(v)) for t in finished for k, v in t.params.items())
-    lines = ["failures (what sets each kind apart: share among those failures vs among all trials):"]
+    lines = ["failures, and the values that set each kind apart:"]
     for kind, ts in sorted(by_kind.items(), key=lambda kv: -len(kv[1])):
         line = f"  {kind}: {len(ts)} trial(s)"
         if kind != "interrupted" and finished:
             among = Counter((k, format_value(v)) for t in ts for k, v in t.params.items())
-            lifts = sorted(((n / len(ts)) / (everywhere[kv] / len(finished)), n, kv) for kv, n in among.items()
-                           if n >= MIN_COUNT and everywhere[kv])
-            telling = [(lift, n, kv) for lift, n, kv in reversed(lifts) if lift >= MIN_LIFT][:2]
+            scored = [((n / len(ts)) / (everywhere[kv] / len(finished)), n, kv) for kv, n in among.items()
+                      if n >= MIN_COUNT and everywhere[kv] and n / everywhere[kv] >= MIN_SHARE]
+            telling = [s for s in sorted(scored, reverse=True) if s[0] >= MIN_LIFT][:2]
             if telling:
-                line += "; most with " + ", ".join(
-                    f"{k}={v} ({n} of {len(ts)}, vs {everywhere[(k, v)]} of {len(finished)} trials: "
-                    f"{lift:.1f}x)" for lift, n, (k, v) in telling)
-        lines.append(line)
+                line += "; most telling: " + ", ".join(
+                    f"{k}={v} (in {n} of them; {n} of the {everywhere[(k, v)]} trials with it failed so: "
+                    f"{lift:.1f}x the rate of all {len(finished)})" for lift, n, (k, v) in telling)
+        lines.append(textwrap.fill(line, width=width, subsequent_indent="      ", break_on_hyphens=False,
+                                   break_long_words=False))
     return "\n".join(lines)
 
 
