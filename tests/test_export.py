@@ -415,7 +415,8 @@ def _python_shim(folder: Path) -> dict[str, str]:
     shim.mkdir()
     (shim / "python").write_text(
         "#!/bin/sh\n"
-        f'if [ "$1" = -m ] && [ "$2" = sglang.launch_server ]; then shift 2; exec {sys.executable} -m tuner.sim "$@"; fi\n'
+        f'if [ "$1" = -m ] && [ "$2" = sglang.launch_server ]; then\n'
+        f'  shift 2; exec {sys.executable} -m tuner.sim "$@"\nfi\n'
         f'exec {sys.executable} "$@"\n')
     (shim / "python").chmod(0o755)
     return {"PATH": f"{shim}:{os.environ['PATH']}"}

@@ -122,7 +122,8 @@ def test_simulate_follows_the_space(tuner):
     run = tuner.run("run", "--trials", "1", "--simulate", "--space", "search_spaces/llama3-8b-h200.yaml", env=SIM_FAST)
     assert run.returncode == 0 and "(simulator profile llama3-8b-h200)" in run.stderr, run.stderr[-3000:]
     assert tuner.study("llama3-8b-h200").trials[0].user_attrs["feasible"] is True
-    named = tuner.space((REPO / "search_spaces/default.yaml").read_text() + "sim-profile: llama3-8b-h200\n", "named.yaml")
+    named = tuner.space((REPO / "search_spaces/default.yaml").read_text() + "sim-profile: llama3-8b-h200\n",
+                        "named.yaml")
     done = tuner.run("check", "--simulate", "--space", str(named))
     assert done.returncode == 0 and "(simulator profile llama3-8b-h200)" in done.stdout, done.stdout
     # A profile of the other version, named on purpose: each error once, on stdout, and what to do about it.

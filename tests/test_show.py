@@ -111,6 +111,6 @@ def test_run_summary_names_the_gain_over_the_baseline_and_next_steps(study):
     else:
         assert "over the baseline" not in summary
     steps = summary[summary.index("next:"):].splitlines()[1:]
-    assert [s.split()[:4] for s in steps] == [["python", "-m", "tuner", "confirm"], ["python", "-m", "tuner", "export"],
-                                              ["python", "-m", "tuner", "report"],
-                                              ["optuna-dashboard", "sqlite:///trials.db", "--artifact-dir", "runs/artifacts"]]
+    assert [s.split()[:4] for s in steps] == [
+        ["python", "-m", "tuner", "confirm"], ["python", "-m", "tuner", "export"], ["python", "-m", "tuner", "report"],
+        ["optuna-dashboard", "sqlite:///trials.db", "--artifact-dir", "runs/artifacts"]]

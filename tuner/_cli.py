@@ -37,7 +37,8 @@ def _parser() -> argparse.ArgumentParser:
     storage_args(run)
     run.add_argument("--sampler", choices=SAMPLERS, default="tpe",
                      help="how configurations are proposed: tpe (learns which flags crash; the default), random, "
-                     "or gp (Optuna's Gaussian-process sampler; needs scipy and torch). Fixed when the study is created")
+                     "or gp (Optuna's Gaussian-process sampler; needs scipy and torch); fixed when the study is "
+                     "created")
     run.add_argument("--seed", type=int, default=0, help="the sampler's random seed, for a repeatable sequence of "
                      "proposals (default: %(default)s)")
     run.add_argument("--workdir", default="runs", help="where server logs and records go (default: %(default)s)")

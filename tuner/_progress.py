@@ -83,7 +83,8 @@ class Progress:
         tag = "baseline" if attrs.get("baseline") else ""
         best = f"best {self.best[1]:.1f} (trial {self.best[0]})" if self.best else "best -"
         self.say(f"[{self.finished:>{len(str(self.total))}}/{self.total}] trial {trial.number:>3} {tag:<8} "
-                 f"{outcome:<{KIND_WIDTH + 1 + MESSAGE_WIDTH}}  {attrs.get('total_seconds', 0.0):5.1f}s  {best}  {self._times()}")
+                 f"{outcome:<{KIND_WIDTH + 1 + MESSAGE_WIDTH}}  {attrs.get('total_seconds', 0.0):5.1f}s  {best}  "
+                 f"{self._times()}")
 
     def _times(self) -> str:
         elapsed = f"{duration(time.monotonic() - self.started)} elapsed"
@@ -141,7 +142,8 @@ def summary(study: optuna.Study, spec: Spec, top: int = 5, dashboard: str | None
         flags = fit([f"{k}={format_value(t.params.get(k))}" for k in varying], room)
         lines.append(f"{t.number:>5}  {t.user_attrs.get(metric, 0):>18.1f}  {t.user_attrs.get('p99_ttft_ms', 0):>11.0f}"
                      f"  {t.user_attrs.get('p99_itl_ms', 0):>10.1f}  {flags}")
-    steps = ([] if best.confirmed else ["python -m tuner confirm --top 3 --repeats 3   # re-measure the best on fresh servers"])
+    steps = [] if best.confirmed else ["python -m tuner confirm --top 3 --repeats 3   # re-measure the best on "
+                                       "fresh servers"]
     steps += ["python -m tuner export                        # best.yaml (and the command that launches it)",
               "python -m tuner report                        # report/index.html"]
     if dashboard:

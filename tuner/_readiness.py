@@ -117,7 +117,8 @@ def crash_failure(watcher: LogWatcher, stage: str, code: int | None,
     what = exit_text(code, signalled, fatal is not None) if code is not None else "fatal log line"
     cause = watcher.cause()
     message = f"{cause} ({what})" if cause else what  # the cause first: a shortened message keeps it
-    return TrialFailure(kind, textwrap.shorten(message, 500, placeholder=" ..."), watcher.excerpt(around=fatal.line if fatal else None), stage)
+    return TrialFailure(kind, textwrap.shorten(message, 500, placeholder=" ..."),
+                        watcher.excerpt(around=fatal.line if fatal else None), stage)
 
 
 def exit_text(code: int, signalled: Collection[str] = (), fatal_logged: bool = False) -> str:

@@ -25,6 +25,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from ._errors import NoEligibleTrialError, StorageError, UsageError
+from ._export import launch_argv
 from ._results import CONFIRMED_ATTR, eligible, load_study, versus_baseline, winner
 from ._show import failure_breakdown
 
@@ -456,8 +457,6 @@ def _html(rep: Report) -> str:
 
 
 def _winner_html(study: optuna.Study) -> list[str]:
-    from ._export import launch_argv
-
     e = html.escape
     try:
         best = winner(study)
