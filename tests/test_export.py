@@ -452,15 +452,17 @@ def _server_info_of(command: str, folder: Path, env: dict[str, str]) -> tuple[di
 @pytest.mark.parametrize("version", ["0.5.6", "0.5.23"])
 @pytest.mark.parametrize("env_var", [False, True], ids=["config-alone", "with-env"])
 def test_each_export_form_launches_the_measured_server(tuner, version, env_var):
-    """The winner ran with CUDA graphs off (a deprecated flag in 0.5.23, which its --config refuses). Each export
-    form, launched by the command export prints, serves the /server_info the trial's server reported."""
+    """The winner ran with CUDA graphs off and DP attention (deprecated flags in 0.5.23, which its --config
+    refuses). Each export form, launched by the command export prints, serves the /server_info the trial's
+    server reported."""
     from conftest import instant_space
     from tuner.sim import __file__ as sim_file
 
     profile = yaml.safe_load((Path(sim_file).parent / "profiles" / "instant.yaml").read_text())
     profile["sglang_version"] = version
     (tuner.folder / "profile.yaml").write_text(yaml.safe_dump(profile))
-    server = "  fixed: {disable-cuda-graph: true, trust-remote-code: true}\n"
+    server = ("  fixed: {disable-cuda-graph: true, trust-remote-code: true, tp-size: 2, dp-size: 2, "
+              "enable-dp-attention: true}\n")
     if env_var:
         server += '  env: {SGLANG_TUNER_TEST: "1"}\n'
     space = tuner.space(instant_space("forms", server=server))
@@ -481,6 +483,7 @@ def test_each_export_form_launches_the_measured_server(tuner, version, env_var):
     else:  # deprecated: the file has its current spelling, which SGLang's --config takes
         assert "disable-cuda-graph" not in config
         assert config["cuda-graph-backend-decode"] == config["cuda-graph-backend-prefill"] == "disabled"
+        assert "enable-dp-attention" not in config and "dp-size" not in config and config["attn-dp-size"] == 2
     cmd = tuner.run("export", "--format", "cmd").stdout.strip()
 
     env = {**tuner.env, **_python_shim(tuner.folder), "TUNER_SIM_PROFILE": str(tuner.folder / "profile.yaml")}
