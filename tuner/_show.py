@@ -47,9 +47,8 @@ def show(storage: str, study_name: str | None, sort: str = "value", failed_only:
         reference = best.trial if best else None
         title = f"differs from trial {reference.number} (--wide)" if reference else "flags (--wide)"
         room = max(20, width - max(map(len, table(rows, header).splitlines())) - 2)
-        # Choices first (a backend, a switch: what failures hinge on), fine-grained numbers last.
-        distinct = Counter(k for k, _ in {(k, format_value(v)) for t in everything for k, v in t.params.items()})
-        text = table([[*row, _differences(t, reference, room, distinct)] for row, t in zip(rows, trials)],
+        seen = Counter((k, format_value(v)) for t in everything for k, v in t.params.items())
+        text = table([[*row, _differences(t, reference, room, seen)] for row, t in zip(rows, trials)],
                      [*header, title])
     parts = [text]
     if best is not None:
@@ -75,12 +74,14 @@ def _outcome(t: FrozenTrial, best) -> str:
     return text
 
 
-def _differences(t: FrozenTrial, reference: FrozenTrial | None, room: int, distinct: Counter) -> str:
-    """The trial's parameters that differ from the reference's (all without one), those with the fewest
-    distinct values first, cut at a whole flag."""
+def _differences(t: FrozenTrial, reference: FrozenTrial | None, room: int, seen: Counter) -> str:
+    """The trial's parameters that differ from the reference's (all without one), cut at a whole flag. Choices
+    come first (a backend, a switch: what failures hinge on), the rarest value in the study first; parameters
+    with many values (memory fractions, sizes) last."""
+    distinct = Counter(k for k, _ in seen)
     names = sorted((k for k, v in t.params.items()
                     if reference is None or format_value(v) != format_value(reference.params.get(k))),
-                   key=lambda k: distinct[k])
+                   key=lambda k: (distinct[k] > 8, seen[(k, format_value(t.params[k]))]))
     return fit([f"{k}={format_value(t.params[k])}" for k in names], room)
 
 
