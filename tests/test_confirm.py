@@ -73,16 +73,36 @@ def test_confirm_reranks_a_lucky_first_measurement_and_export_prefers_the_confir
     assert winner == int(best_median)
     assert winner != single.number, "the lucky trial kept its place"
     assert trials[winner].params["attention-backend"] == "fa3"
-    assert f"confirmed winner: trial {winner} (export prefers it)" in done.stderr
+    figures = confirmations[str(winner)]
+    described = (f"trial {winner}, confirmed: median output_throughput {figures['median']:,.1f} over 3 fresh servers "
+                 f"(spread {(max(figures['values']) - min(figures['values'])) / figures['median']:.1%})")
+    assert f"winner: {described}" in done.stderr
     # Nine fresh servers, each in its own folder, none left running.
     assert len(list((tuner.folder / "runs" / "lucky").glob("confirm-*-*"))) == 9
     assert tuner.leftovers() == {}
 
+    # One winner everywhere, marked confirmed, with its median: export (and its file), show, the report, the run
+    # summary (a run of the finished study prints it).
     done = tuner.run("export", "--out", "best.yaml")
     assert done.returncode == 0, done.stderr
-    assert f"wrote best.yaml (trial {winner})" in done.stderr
+    assert f"wrote best.yaml: {described}" in done.stderr
     text = (tuner.folder / "best.yaml").read_text()
-    assert text.startswith(f"# Best configuration of study 'lucky': trial {winner} (confirmed by re-measurement)")
+    assert text.startswith(f"# Best configuration of study 'lucky': {described}")
+    assert f"# medians at concurrency 8: output_throughput {figures['median']:.1f}, " in text
+    medians = figures["figures"]
+    assert f"p99_ttft_ms {medians['p99_ttft_ms']:.1f}" in text
     assert yaml.safe_load(text)["attention-backend"] == "fa3"
     record = json.loads(tuner.run("export", "--format", "json").stdout)
     assert record["number"] == winner and record["confirmed"] is True
+    assert record["figures"]["output_throughput"] == figures["median"]
+    show = tuner.run("show", env={"COLUMNS": "200"}).stdout
+    assert f"winner: {described}" in show
+    report = tuner.run("report")
+    assert report.returncode == 0, report.stderr
+    assert f"Winner: {described}" in (tuner.folder / "report" / "index.html").read_text()
+    again = tuner.run(*run, "--trials", "3", env=REAL_TIME)
+    assert again.returncode == 0, again.stderr
+    assert f"winner: {described}" in again.stderr
+    assert "nothing to run: --trials is the total the study should have, and it has 3; to add 20 more, run " \
+           "the same command with --trials 23" in again.stderr
+    assert "python -m tuner confirm" not in again.stderr.split("winner: ", 1)[1]  # done already

@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -34,15 +36,19 @@ def study_folder(tmp_path_factory):
         t.end_leftovers()
 
 
-@pytest.fixture(scope="module")
-def dashboard(study_folder):
-    """The dashboard process and an HTTP client on it; the process (its whole group) is always ended."""
+@pytest.fixture(scope="module", params=["tuner dashboard", "optuna-dashboard"])
+def dashboard(study_folder, request):
+    """The dashboard process and an HTTP client on it; the process (its whole group) is always ended. Both
+    `python -m tuner dashboard` and the plain `optuna-dashboard` command as the README gives it."""
     port = free_port("127.0.0.1")
-    log = open(study_folder.folder / "dashboard.log", "w+")  # a file, not a pipe nobody drains
-    proc = subprocess.Popen(study_folder.argv("dashboard", "--host", "127.0.0.1", "--port", str(port),
-                                              "--storage", study_folder.storage,
-                                              "--workdir", str(study_folder.folder / "runs")),
-                            cwd=study_folder.folder, env=study_folder.env, stdout=log, stderr=subprocess.STDOUT,
+    log = open(study_folder.folder / f"dashboard-{request.param}.log", "w+")  # a file, not a pipe nobody drains
+    if request.param == "tuner dashboard":
+        argv = study_folder.argv("dashboard", "--host", "127.0.0.1", "--port", str(port),
+                                 "--storage", study_folder.storage, "--workdir", "runs")
+    else:  # README: optuna-dashboard sqlite:///trials.db --artifact-dir runs/artifacts, in the run's folder
+        argv = [str(Path(sys.executable).parent / "optuna-dashboard"), "sqlite:///trials.db",
+                "--artifact-dir", "runs/artifacts", "--host", "127.0.0.1", "--port", str(port)]
+    proc = subprocess.Popen(argv, cwd=study_folder.folder, env=study_folder.env, stdout=log, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, start_new_session=True)
     client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10)
     try:

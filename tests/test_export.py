@@ -233,7 +233,7 @@ def test_glm_twin_winner_loads_through_sglangs_config_parser(glm, merger_class):
     assert done.returncode == 0, done.stderr
     study = glm.study("glm5-nvfp4-sm120")
     winner = _winner(study)
-    assert f"wrote best.yaml (trial {winner.number})" in done.stderr
+    assert f"wrote best.yaml: trial {winner.number}, not confirmed" in done.stderr
     path = glm.folder / "best.yaml"
     a = winner.user_attrs
     parser = build_parser(a["server_version"])  # 0.5.6: the twin's SGLang
@@ -250,7 +250,7 @@ def test_glm_twin_winner_loads_through_sglangs_config_parser(glm, merger_class):
     # The header says where the file came from.
     comment, _ = _comment_and_body(text)
     header = "\n".join(comment)
-    assert f"Best configuration of study 'glm5-nvfp4-sm120': trial {winner.number}" in header
+    assert f"Best configuration of study 'glm5-nvfp4-sm120': trial {winner.number}, not confirmed" in header
     assert f"output_throughput {a['output_throughput']:.1f}" in header
     assert f"p99_ttft_ms {a['p99_ttft_ms']:.1f}" in header
     assert f"correctness gate passed: {', '.join(a['gate_checks'])}" in header
@@ -376,7 +376,7 @@ def test_two_objectives_export_the_front_member_with_the_best_first_objective(tu
     assert sorted(listed) == sorted(t.number for t in front)
     for t in front:
         assert f"  trial {t.number}: {t.values[0]:.1f}, {t.values[1]:.1f}" in done.stderr
-    assert f"wrote best.yaml (trial {rule.number})" in done.stderr
+    assert f"wrote best.yaml: trial {rule.number}, not confirmed" in done.stderr
     config = yaml.safe_load((tuner.folder / "best.yaml").read_text())
     assert {k: config[k] for k in rule.user_attrs["flags"]} == rule.user_attrs["flags"]
 
@@ -390,23 +390,107 @@ def test_two_objectives_export_the_front_member_with_the_best_first_objective(tu
     assert config != yaml.safe_load((tuner.folder / "best.yaml").read_text())
 
 
-def test_0523_deprecated_boolean_flag_goes_on_the_launch_line(tuner, merger_class):
-    """SGLang 0.5.23's --config refuses deprecated booleans (--disable-cuda-graph); the exported launch line
-    carries them instead, and the file plus that line parse to what the trial ran."""
+def test_0523_deprecated_boolean_flag_is_respelled_for_sglangs_config_parser(tuner, merger_class):
+    """SGLang 0.5.23's --config refuses deprecated booleans (--disable-cuda-graph): the file carries their current
+    spelling, and SGLang's own merger and parser turn it into what the trial ran."""
     space = tuner.space(FAULT_SPACE.replace("  stall-timeout: 3\n",
                                             "  stall-timeout: 3\n  fixed: {disable-cuda-graph: true}\n"))
     done = tuner.run("run", "--trials", "1", "--space", str(space), "--simulate", "instant")
     assert done.returncode == 0, done.stderr[-3000:]
     done = tuner.run("export", "--out", "best.yaml")
     assert done.returncode == 0, done.stderr
-    text = (tuner.folder / "best.yaml").read_text()
-    assert "disable-cuda-graph" not in yaml.safe_load(text)
-    launch = shlex.split(next(line for line in text.splitlines() if line.startswith("# Launch: ")).removeprefix("# Launch: "))
-    args = [str(tuner.folder / "best.yaml") if a == "THIS_FILE" else a for a in launch[launch.index("--config"):]]
+    assert not (tuner.folder / "best.sh").exists()  # the file alone does it
     parser = build_parser(SGLANG)
-    namespace = parser.parse_args(merger_class(parser=parser).merge_config_with_args(args))
-    assert namespace.disable_cuda_graph is True
-    assert namespace.host == "127.0.0.1"
-    # best.sh beside it launches the same: --config best.yaml plus the flag the file cannot carry.
-    script = (tuner.folder / "best.sh").read_text()
-    assert '--config "$(dirname "$0")/best.yaml" --disable-cuda-graph "$@"' in script
+    _, namespace = _merged(merger_class, parser, tuner.folder / "best.yaml")
+    assert namespace.disable_cuda_graph is False
+    assert namespace.cuda_graph_backend_decode == namespace.cuda_graph_backend_prefill == "disabled"
+
+
+# -- each export form launches the server that was measured ---------------------------------------------------
+
+def _python_shim(folder: Path) -> dict[str, str]:
+    """A `python` first on PATH that runs `python -m sglang.launch_server ...` as the simulator with the same
+    arguments (and anything else as this interpreter): the exported commands run as a user would run them."""
+    shim = folder / "shim"
+    shim.mkdir()
+    (shim / "python").write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = -m ] && [ "$2" = sglang.launch_server ]; then\n'
+        f'  shift 2; exec {sys.executable} -m tuner.sim "$@"\nfi\n'
+        f'exec {sys.executable} "$@"\n')
+    (shim / "python").chmod(0o755)
+    return {"PATH": f"{shim}:{os.environ['PATH']}"}
+
+
+def _server_info_of(command: str, folder: Path, env: dict[str, str]) -> tuple[dict, dict[str, str]]:
+    """Start `command` (a shell line, as printed) on a free port; its /server_info and its environment."""
+    import httpx
+
+    from tuner._procs import free_port, port_holders
+
+    port = free_port()
+    proc = subprocess.Popen(["sh", "-c", f"{command} --host 127.0.0.1 --port {port}"], cwd=folder, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"{command} exited {proc.returncode}: {proc.stderr.read()[-2000:]}")
+            try:
+                info = httpx.get(f"http://127.0.0.1:{port}/server_info", timeout=2).json()
+                break
+            except httpx.HTTPError:
+                subprocess.run(["sleep", "0.1"])
+        server, = port_holders(port)  # the simulator, started as the command line says
+        environ = dict(item.split("=", 1) for item in
+                       Path(f"/proc/{server}/environ").read_text().split("\0") if "=" in item)
+        return info, environ
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+@pytest.mark.parametrize("version", ["0.5.6", "0.5.23"])
+@pytest.mark.parametrize("env_var", [False, True], ids=["config-alone", "with-env"])
+def test_each_export_form_launches_the_measured_server(tuner, version, env_var):
+    """The winner ran with CUDA graphs off and DP attention (deprecated flags in 0.5.23, which its --config
+    refuses). Each export form, launched by the command export prints, serves the /server_info the trial's
+    server reported."""
+    from conftest import instant_space
+    from tuner.sim import __file__ as sim_file
+
+    profile = yaml.safe_load((Path(sim_file).parent / "profiles" / "instant.yaml").read_text())
+    profile["sglang_version"] = version
+    (tuner.folder / "profile.yaml").write_text(yaml.safe_dump(profile))
+    server = ("  fixed: {disable-cuda-graph: true, trust-remote-code: true, tp-size: 2, dp-size: 2, "
+              "enable-dp-attention: true}\n")
+    if env_var:
+        server += '  env: {SGLANG_TUNER_TEST: "1"}\n'
+    space = tuner.space(instant_space("forms", server=server))
+    done = tuner.run("run", "--trials", "1", "--space", str(space), "--simulate", "profile.yaml")
+    assert done.returncode == 0, done.stderr[-3000:]
+    measured = tuner.study("forms").get_trials()[0].user_attrs["effective_args"]
+    assert measured["disable_cuda_graph"] is True
+
+    done = tuner.run("export")
+    assert done.returncode == 0, done.stderr
+    printed = done.stderr.splitlines()[-1]
+    assert printed.startswith("launch it with: ") and printed.endswith(" --host 0.0.0.0 --port 30000")
+    command = printed.removeprefix("launch it with: ").removesuffix(" --host 0.0.0.0 --port 30000")
+    assert command == ("sh best.sh" if env_var else "python -m sglang.launch_server --config best.yaml")
+    config = yaml.safe_load((tuner.folder / "best.yaml").read_text())
+    if version == "0.5.6":  # not deprecated there: the file says it
+        assert config["disable-cuda-graph"] is True
+    else:  # deprecated: the file has its current spelling, which SGLang's --config takes
+        assert "disable-cuda-graph" not in config
+        assert config["cuda-graph-backend-decode"] == config["cuda-graph-backend-prefill"] == "disabled"
+        assert "enable-dp-attention" not in config and "dp-size" not in config and config["attn-dp-size"] == 2
+    cmd = tuner.run("export", "--format", "cmd").stdout.strip()
+
+    env = {**tuner.env, **_python_shim(tuner.folder), "TUNER_SIM_PROFILE": str(tuner.folder / "profile.yaml")}
+    for form in (command, cmd):
+        info, environ = _server_info_of(form, tuner.folder, env)
+        for key, value in measured.items():
+            if key == "disable_cuda_graph" and version != "0.5.6":
+                continue  # the deprecated spelling itself; what it means is in cuda_graph_config, compared
+            assert info.get(key) == value, (form, key, info.get(key), value)
+        assert (environ.get("SGLANG_TUNER_TEST") == "1") is env_var, form

@@ -239,3 +239,24 @@ def test_in_stream_error_events_are_failed_requests(tuner):
     assert t.user_attrs["failure_kind"] == "errors_under_load", t.user_attrs.get("failure_message")
     assert "stream error: Internal server error" in t.user_attrs["failure_message"]
     assert tuner.leftovers() == {}
+
+
+def test_a_server_killed_from_outside_is_said_to_be(tuner):
+    """A SIGKILL the tuner did not send, with no fatal line before it, is named as such (the OOM killer's
+    signature), never as a plain exit code."""
+    space = tuner.space(FAULT_SPACE)
+    proc = tuner.start("run", "--trials", "1", "--space", str(space), "--simulate", "instant",
+                       env={"TUNER_SIM_FAULTS": "response_delay=0.2"})
+    try:
+        while not tuner.server_records():
+            assert proc.poll() is None, proc.stdout.read()
+            time.sleep(0.1)
+        os.kill(tuner.server_records()[0]["pid"], signal.SIGKILL)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, out
+    message = tuner.study("faults").trials[0].user_attrs["failure_message"]
+    assert message.startswith("server killed by SIGKILL from outside the tuner; the kernel's OOM killer sends it"), message
+    assert tuner.leftovers() == {}

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import html
 import re
+import shlex
 
 import optuna
 import pytest
 
 from conftest import FAULT_SPACE, Tuner
 from tuner._show import failure_breakdown
+from tuner.sim._args import build_parser
 
 PNG = b"\x89PNG\r\n\x1a\n"
 IMAGES = ("history.png", "pareto.png", "importance.png", "stages.png", "failures.png")
@@ -21,7 +23,8 @@ def mixed(tmp_path_factory):
     fault switched on, another seed so that the sampler proposes new values)."""
     t = Tuner(tmp_path_factory.mktemp("report"))
     try:
-        space = t.space(FAULT_SPACE)
+        space = t.space(FAULT_SPACE.replace(
+            "  stall-timeout: 3\n", "  stall-timeout: 3\n  fixed: {trust-remote-code: true, disable-cuda-graph: true}\n"))
         done = t.run("run", "--trials", "3", "--space", str(space), "--simulate", "instant")
         assert done.returncode == 0, done.stderr[-3000:]
         done = t.run("run", "--trials", "5", "--seed", "1", "--space", str(space), "--simulate", "instant",
@@ -58,9 +61,17 @@ def test_report_writes_a_page_with_every_chart(mixed):
     # The failure breakdown is the one `tuner show` prints, computed from the same trials.
     assert html.escape(failure_breakdown(trials)) in page
     assert "nan: 2 trial(s)" in page
-    # Best configuration: the qualified trial with the highest throughput, with its flags.
+    # Best configuration: the qualified trial with the highest throughput, named as export and show name it,
+    # with the command line it was launched with, which SGLang's parser takes as it stands.
     best = max((tr for tr in trials if tr.user_attrs["feasible"]), key=lambda tr: tr.value)
-    assert f"Trial {best.number}: output_throughput {best.user_attrs['output_throughput']:.1f}" in page
+    assert (f"Winner: trial {best.number}, not confirmed: output_throughput "
+            f"{best.user_attrs['output_throughput']:,.1f} from one run") in page
+    argv = shlex.split(html.unescape(page.split("<p>Launched as: <code>", 1)[1].split("</code>", 1)[0]))
+    assert argv[:3] == ["python", "-m", "sglang.launch_server"]
+    assert "--trust-remote-code" in argv and not any("=True" in a for a in argv), argv
+    parsed = build_parser("0.5.23").parse_args(argv[3:])
+    assert parsed.trust_remote_code is True and parsed.disable_cuda_graph is True
+    assert parsed.schedule_conservativeness == pytest.approx(best.params["schedule-conservativeness"])
     # What failed restarts cost: the stage seconds of the trials that did not qualify, summed.
     total = sum(sum(tr.user_attrs["stage_seconds"].values()) for tr in trials)
     lost = sum(sum(tr.user_attrs["stage_seconds"].values()) for tr in trials if not tr.user_attrs["feasible"])
@@ -128,3 +139,26 @@ def test_a_failed_report_keeps_the_previous_page_whole(mixed):
     assert done.stderr.startswith("error: cannot write the report into kept") and done.stderr.count("\n") == 1
     assert (folder / "index.html").read_text() == "<p>previous report</p>\n"
     assert not [p for p in folder.iterdir() if p.name.startswith(".")], "temporary files left behind"
+
+
+def test_pareto_labels_never_overlap():
+    """Front points closer together than their labels are wide: each label drawn goes where no other is."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from tuner._report import label_points
+
+    fig, ax = plt.subplots(figsize=(9, 5))
+    points = [(100 + i * 2, 2000 - i * 3, f"#{i}") for i in range(12)] + [(400, 1500, "#99")]
+    ax.scatter([p[0] for p in points], [p[1] for p in points])
+    labels = label_points(fig, ax, points)
+    renderer = fig.canvas.get_renderer()
+    boxes = [label.get_window_extent(renderer=renderer) for label in labels]
+    assert 4 <= len(labels) < len(points)  # crowded: some are left to the note; the lone point keeps its own
+    assert "#99" in [label.get_text() for label in labels]
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            assert not a.overlaps(b), (a, b)
+    plt.close(fig)

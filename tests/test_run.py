@@ -51,7 +51,7 @@ def test_glm5_twin_study_prunes_nan_backends_and_ends_with_trtllm(tuner):
     assert "host" not in exported and "port" not in exported
     assert tuner.leftovers() == {}
     # The terminal showed per-trial outcomes and a summary.
-    assert "best" in done.stderr and "feasible" in done.stderr
+    assert "best" in done.stderr and "qualified" in done.stderr and "winner: trial" in done.stderr
 
 
 def test_check_catches_flags_of_the_other_sglang_version(tuner):
@@ -93,7 +93,7 @@ def test_interrupted_run_resumes_the_same_study_without_losing_a_trial(tuner):
     out = []
     for line in proc.stdout:
         out.append(line)
-        if line.startswith("trial   1"):
+        if "] trial   1 " in line:
             break
     time.sleep(0.5)  # the third trial is now starting up or being gated
     proc.send_signal(signal.SIGTERM)
@@ -116,3 +116,42 @@ def test_interrupted_run_resumes_the_same_study_without_losing_a_trial(tuner):
     rerun = [t for t in finished if t.user_attrs.get("requeued_from") == interrupted[0].number]
     assert len(rerun) == 1 and rerun[0].params == interrupted[0].params
     assert tuner.leftovers() == {}
+
+
+def test_simulate_follows_the_space(tuner):
+    """`--simulate` without a name picks the profile the space names, else the one named like it, else one of
+    its SGLang version; a flag error against the simulator names the profile and `--simulate NAME`."""
+    done = tuner.run("check", "--simulate", "--space", "search_spaces/default.yaml")  # generic 0.5.23 flags
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "(simulator profile llama3-70b-8xh200)" in done.stdout
+    done = tuner.run("check", "--simulate", "--space", "search_spaces/llama3-8b-h200.yaml")  # named like it
+    assert done.returncode == 0 and "(simulator profile llama3-8b-h200)" in done.stdout, done.stdout
+    run = tuner.run("run", "--trials", "1", "--simulate", "--space", "search_spaces/llama3-8b-h200.yaml", env=SIM_FAST)
+    assert run.returncode == 0 and "(simulator profile llama3-8b-h200)" in run.stderr, run.stderr[-3000:]
+    assert tuner.study("llama3-8b-h200").trials[0].user_attrs["feasible"] is True
+    named = tuner.space((REPO / "search_spaces/default.yaml").read_text() + "sim-profile: llama3-8b-h200\n",
+                        "named.yaml")
+    done = tuner.run("check", "--simulate", "--space", str(named))
+    assert done.returncode == 0 and "(simulator profile llama3-8b-h200)" in done.stdout, done.stdout
+    # A profile of the other version, named on purpose: each error once, on stdout, and what to do about it.
+    done = tuner.run("check", "--simulate", "glm5-nvfp4-sm120", "--space", "search_spaces/default.yaml")
+    assert done.returncode == 2 and done.stderr == ""
+    errors = [line for line in done.stdout.splitlines() if line.startswith("error: ")]
+    assert len(errors) == len(set(errors)) == 2, done.stdout
+    assert done.stdout.splitlines()[-1].startswith("hint: the simulated server is profile 'glm5-nvfp4-sm120' "
+                                                   "(SGLang 0.5.6): pass --simulate NAME")
+    run = tuner.run("run", "--trials", "1", "--simulate", "glm5-nvfp4-sm120", "--space", "search_spaces/default.yaml")
+    assert run.returncode == 2 and run.stderr.count("\n") == 1 and "pass --simulate NAME" in run.stderr, run.stderr
+
+
+def test_check_says_did_you_mean_for_a_flag_that_abbreviates_one(tuner):
+    space = tuner.space("""
+        name: abbreviated
+        server: {model-path: /m}
+        params:
+          trust-remote: {type: bool}
+        """)
+    done = tuner.run("check", "--space", str(space), "--simulate", "instant")
+    assert done.returncode == 2
+    assert "error: --trust-remote is not a flag of this server; did you mean --trust-remote-code?" in done.stdout
+    assert "ambiguous" not in done.stdout

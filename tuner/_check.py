@@ -43,6 +43,7 @@ class CheckReport:
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     flags_checked: int = 0
+    hint: str | None = None  # what to do about the errors as a whole (e.g. another simulator profile)
 
 
 def parse_help(text: str) -> HelpFlags:
@@ -124,6 +125,8 @@ def _unknown(name: str, known: Mapping[str, object]) -> str:
                 return (f"--{name} is ambiguous in this version (matches {', '.join('--' + p for p in prefixed)}); "
                         f"write --{alt} instead")
             return f"--{name} is not accepted by this version (renamed); write --{alt} instead"
+    if len(prefixed) == 1:  # argparse would take the abbreviation, but a space should say what it means
+        return f"--{name} is not a flag of this server; did you mean --{prefixed[0]}?"
     if prefixed:
         return f"--{name} is ambiguous in this version (matches {', '.join('--' + p for p in prefixed)})"
     hint = did_you_mean(name, known)
@@ -134,4 +137,4 @@ def raise_on_errors(report: CheckReport) -> None:
     if report.errors:
         first = report.errors[0]
         more = f" (and {len(report.errors) - 1} more: run 'python -m tuner check')" if len(report.errors) > 1 else ""
-        raise FlagCheckError(first + more)
+        raise FlagCheckError(first + more + (f"; {report.hint}" if report.hint else ""))

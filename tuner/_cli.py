@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from ._errors import TunerError, UsageError
+from ._simulate import AUTO, DEFAULT_PROFILE
 from ._study import SAMPLERS
 
 
@@ -23,15 +24,23 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--space", default=None, help="search-space file (default: search_spaces/default.yaml, "
                        "or search_spaces/<profile>.yaml with --simulate)")
         p.add_argument("--model", default=None, help="model path (overrides server.model-path)")
-        p.add_argument("--simulate", nargs="?", const="glm5-nvfp4-sm120", default=None, metavar="PROFILE",
-                       help="launch the simulated SGLang server with this profile (default: glm5-nvfp4-sm120)")
+        p.add_argument("--simulate", nargs="?", const=AUTO, default=None, metavar="PROFILE",
+                       help="launch the simulated SGLang server (tuner.sim) instead of the real one, with this "
+                       "profile (a name or a file); without one: the profile the space names (sim-profile:), "
+                       "else the one named like the space, else one of the space's SGLang version; "
+                       f"without --space: {DEFAULT_PROFILE} and its space")
 
     run = sub.add_parser("run", help="run (or continue) a study")
-    run.add_argument("--trials", type=int, required=True, help="total trials the study should have")
+    run.add_argument("--trials", type=int, required=True, help="total trials the study should have (a study "
+                     "that has 40 and is run with --trials 60 runs 20 more)")
     space_args(run)
     storage_args(run)
-    run.add_argument("--sampler", choices=SAMPLERS, default="tpe")
-    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--sampler", choices=SAMPLERS, default="tpe",
+                     help="how configurations are proposed: tpe (learns which flags crash; the default), random, "
+                     "or gp (Optuna's Gaussian-process sampler; needs scipy and torch); fixed when the study is "
+                     "created")
+    run.add_argument("--seed", type=int, default=0, help="the sampler's random seed, for a repeatable sequence of "
+                     "proposals (default: %(default)s)")
     run.add_argument("--workdir", default="runs", help="where server logs and records go (default: %(default)s)")
     run.add_argument("--timeout", type=float, default=None, help="stop starting trials after this many seconds")
     run.add_argument("--api-key-env", default=None, metavar="NAME",
@@ -51,20 +60,25 @@ def _parser() -> argparse.ArgumentParser:
     export = sub.add_parser("export", help="write the best configuration as a --config file")
     storage_args(export)
     export.add_argument("--out", default=None, help="file to write (default: best.yaml; '-' for stdout)")
-    export.add_argument("--format", choices=("yaml", "cmd", "json"), default="yaml")
+    export.add_argument("--format", choices=("yaml", "cmd", "json"), default="yaml",
+                        help="yaml: a --config file (and best.sh where the file alone cannot launch it); cmd: the "
+                        "whole command line; json: everything recorded about the trial (default: %(default)s)")
     export.add_argument("--trial", type=int, default=None, help="export this trial instead of the best")
 
     confirm = sub.add_parser("confirm", help="re-measure the best trials on fresh servers and rank by the median")
     storage_args(confirm)
-    confirm.add_argument("--top", type=int, default=3)
-    confirm.add_argument("--repeats", type=int, default=3)
-    confirm.add_argument("--workdir", default="runs")
+    confirm.add_argument("--top", type=int, default=3, help="how many of the best distinct configurations to "
+                         "re-measure (default: %(default)s)")
+    confirm.add_argument("--repeats", type=int, default=3, help="fresh servers per configuration "
+                         "(default: %(default)s)")
+    confirm.add_argument("--workdir", default="runs", help="where their server logs go (default: %(default)s)")
 
     dashboard = sub.add_parser("dashboard", help="start optuna-dashboard on the storage, with the server logs")
-    dashboard.add_argument("--storage", default="sqlite:///trials.db")
-    dashboard.add_argument("--host", default="127.0.0.1")
-    dashboard.add_argument("--port", type=int, default=8080)
-    dashboard.add_argument("--workdir", default="runs")
+    dashboard.add_argument("--storage", default="sqlite:///trials.db", help="Optuna storage URL (default: %(default)s)")
+    dashboard.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    dashboard.add_argument("--port", type=int, default=8080, help="port to listen on (default: %(default)s)")
+    dashboard.add_argument("--workdir", default="runs", help="the run's --workdir, whose artifacts/ holds the "
+                           "server logs (default: %(default)s)")
 
     report = sub.add_parser("report", help="HTML page with charts of the study (needs matplotlib)")
     storage_args(report)
@@ -74,6 +88,8 @@ def _parser() -> argparse.ArgumentParser:
     storage_args(show)
     show.add_argument("--sort", default="value", help="value, number, time, or a metric name")
     show.add_argument("--failed", action="store_true", help="only trials that did not qualify")
+    show.add_argument("--wide", action="store_true", help="a column for every parameter, instead of the ones "
+                      "in which each trial differs from the winner")
     return parser
 
 
@@ -103,8 +119,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "check":
         from ._run import check
 
-        check(args.space, args.simulate, args.model)
-        return 0
+        return 2 if check(args.space, args.simulate, args.model).errors else 0
     if args.command == "export":
         from ._export import export
 
@@ -129,6 +144,6 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "show":
         from ._show import show
 
-        print(show(args.storage, args.study, args.sort, args.failed))
+        print(show(args.storage, args.study, args.sort, args.failed, args.wide))
         return 0
     raise UsageError(f"unknown command {args.command}")

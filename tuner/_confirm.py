@@ -16,7 +16,7 @@ import optuna
 
 from ._errors import NoEligibleTrialError, UsageError
 from ._procs import free_port
-from ._results import CONFIRMED_ATTR, eligible, load_study
+from ._results import CONFIRMATIONS_ATTR, CONFIRMED_ATTR, FIGURES, eligible, load_study, winner
 from ._space import ServerConfig
 from ._spec import parse_spec
 from ._trial import TrialContext, TrialPlan, run_trial
@@ -28,6 +28,7 @@ class Confirmation:
     number: int
     values: tuple[float, ...]
     failures: tuple[str, ...]
+    figures: tuple[dict[str, float], ...] = ()  # FIGURES of each run that qualified
 
     @property
     def median(self) -> float:
@@ -75,24 +76,29 @@ def confirm(storage: str, study_name: str | None, top: int, repeats: int, workdi
     metric = spec.objective.metric
     results = []
     for t in candidates:
-        values, failures = [], []
+        values, failures, figures = [], [], []
         config = ServerConfig(t.user_attrs["flags"], t.user_attrs.get("env", {}))
         for r in range(repeats):
             folder = Path(workdir) / study.study_name / f"confirm-{t.number}-{r}"
             result = run_trial(ctx, TrialPlan(t.number, config, folder, free_port(spec.server.host),
                                               reference=study.user_attrs.get("reference")))
             if result.ok:
-                values.append(result.probe.level(spec.objective.concurrency).metric(metric))
+                level = result.probe.level(spec.objective.concurrency)
+                values.append(level.metric(metric))
+                figures.append({name: level.metric(name) for name in FIGURES})
             else:
                 failures.append(result.failure.kind.value if result.failure else "stopped")
             print(f"trial {t.number} repeat {r + 1}/{repeats}: "
                   + (f"{values[-1]:.1f}" if result.ok else failures[-1]), file=stream)
-        results.append(Confirmation(t.number, tuple(values), tuple(failures)))
+        results.append(Confirmation(t.number, tuple(values), tuple(failures), tuple(figures)))
     qualified = [c for c in results if not c.failures and c.values]
     qualified.sort(key=lambda c: c.median, reverse=maximize)
-    study.set_user_attr("confirmations", {str(c.number): {"values": list(c.values), "failures": list(c.failures),
-                                                          "median": c.median if c.values else None}
-                                          for c in results})
+    study.set_user_attr(CONFIRMATIONS_ATTR, {
+        str(c.number): {"values": list(c.values), "failures": list(c.failures),
+                        "median": c.median if c.values else None,
+                        "figures": {name: statistics.median(f[name] for f in c.figures) for name in FIGURES}
+                        if c.figures else {}}
+        for c in results})
     if not qualified:
         raise NoEligibleTrialError("no candidate passed every re-measurement", "inspect them with 'tuner show'")
     study.set_user_attr(CONFIRMED_ATTR, qualified[0].number)
@@ -101,5 +107,6 @@ def confirm(storage: str, study_name: str | None, top: int, repeats: int, workdi
     for c in sorted(results, key=lambda c: (bool(c.failures), -c.median if maximize else c.median)):
         runs = ", ".join(f"{v:.1f}" for v in c.values) + (f" failed: {', '.join(c.failures)}" if c.failures else "")
         print(f"{c.number:>5}  {first[c.number]:>10.1f}  {c.median:>10.1f}  {c.spread:>6.1%}  {runs}", file=stream)
-    print(f"confirmed winner: trial {qualified[0].number} (export prefers it)", file=stream)
+    print(f"winner: {winner(study).describe(metric)}", file=stream)
+    print("next: python -m tuner export (writes it with these medians), python -m tuner report", file=stream)
     return results

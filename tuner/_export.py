@@ -9,13 +9,18 @@ import shlex
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import optuna
 import yaml
 
 from ._redact import redact_argv, redact_env
-from ._results import CONFIRMED_ATTR, best_trial, load_study, pareto_front
+from ._results import Winner, load_study, pareto_front, winner
 from .engines import flag_argv, get_engine
+
+
+def _engine(study: optuna.Study, trial: optuna.trial.FrozenTrial):
+    return get_engine(trial.user_attrs.get("engine", study.user_attrs.get("engine", "sglang")))
 
 
 def launch_command(study: optuna.Study, engine) -> list[str]:
@@ -30,18 +35,27 @@ def launch_command(study: optuna.Study, engine) -> list[str]:
 def launch_argv(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> list[str]:
     """The whole command line of the trial's server, less host and port: what `best.sh` runs."""
     attrs = trial.user_attrs
-    engine = get_engine(attrs.get("engine", study.user_attrs.get("engine", "sglang")))
+    engine = _engine(study, trial)
     return [*launch_command(study, engine), engine.model_flag, attrs.get("model_path", ""),
             *flag_argv(dict(attrs.get("flags", {})))]
 
 
+def _spelled(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The trial's flags as its server version's --config takes them, and those that must stay on the launch
+    line. Which flags are deprecated comes from that server's --help, recorded by `run`."""
+    engine = _engine(study, trial)
+    deprecated = study.user_attrs.get("deprecated_flags")
+    if deprecated is None:
+        deprecated = engine.deprecated_in(trial.user_attrs.get("server_version"))
+    return engine.respell(trial.user_attrs.get("flags", {}), frozenset(deprecated))
+
+
 def needs_script(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
-    """Whether a --config file alone cannot reproduce the trial: the server has no --config (sglang-jax),
-    or a flag must stay on the command line (deprecated booleans SGLang's --config refuses)."""
-    engine = get_engine(trial.user_attrs.get("engine", study.user_attrs.get("engine", "sglang")))
-    flags = trial.user_attrs.get("flags", {})
-    return not study.user_attrs.get("server_takes_config", True) or any(
-        k in engine.launch_line_flags and v not in (None, False) for k, v in flags.items())
+    """Whether a --config file alone cannot reproduce the trial: the server has no --config (sglang-jax), a
+    deprecated flag without another spelling must stay on the command line, or the server needs environment
+    variables (a --config file cannot set them)."""
+    return (not study.user_attrs.get("server_takes_config", True) or bool(_spelled(study, trial)[1])
+            or bool(_env(study, trial)))
 
 
 def _env(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> dict[str, str]:
@@ -49,33 +63,32 @@ def _env(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> dict[str, str]
     return redact_env({**study.user_attrs.get("server_env", {}), **trial.user_attrs.get("env", {})})
 
 
-def render(study: optuna.Study, trial: optuna.trial.FrozenTrial, fmt: str, script: str | None = None) -> str:
+def render(study: optuna.Study, best: Winner, fmt: str, script: str | None = None) -> str:
+    trial = best.trial
     attrs = trial.user_attrs
-    engine = get_engine(attrs.get("engine", study.user_attrs.get("engine", "sglang")))
-    flags = dict(attrs.get("flags", {}))
+    engine = _engine(study, trial)
     env = _env(study, trial)
     model = attrs.get("model_path", "")
     if fmt == "json":
         record = {"study": study.study_name, "number": trial.number, "state": trial.state.name,
                   "values": trial.values, "params": trial.params, "user_attrs": attrs,
-                  "confirmed": study.user_attrs.get(CONFIRMED_ATTR) == trial.number}
+                  "confirmed": best.confirmed, "figures": best.figures, "confirm_runs": list(best.runs)}
         return json.dumps(record, indent=2, default=str) + "\n"
     if fmt == "cmd":
         return " ".join([f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())]
                         + [shlex.join(launch_argv(study, trial))]) + "\n"
-    launch_line = {k: v for k, v in flags.items() if k in engine.launch_line_flags}
-    in_file = {k: v for k, v in flags.items() if k not in launch_line}
+    in_file, launch_line = _spelled(study, trial)
     body = yaml.safe_dump(engine.config_file(in_file, model), sort_keys=False, default_flow_style=False)
-    return _header(study, trial, env, launch_command(study, engine), flag_argv(launch_line), script) + body
+    return _header(study, best, env, launch_command(study, engine), flag_argv(launch_line), script) + body
 
 
 def render_script(study: optuna.Study, trial: optuna.trial.FrozenTrial, config: Path) -> str:
     """A launch script that alone starts the measured server: the --config file plus the flags it cannot
     carry, or the whole command line for a server without --config. Extra arguments (--host, --port) follow."""
     env = _env(study, trial)
-    engine = get_engine(trial.user_attrs.get("engine", study.user_attrs.get("engine", "sglang")))
+    engine = _engine(study, trial)
     if study.user_attrs.get("server_takes_config", True):
-        kept = {k: v for k, v in trial.user_attrs.get("flags", {}).items() if k in engine.launch_line_flags}
+        kept = _spelled(study, trial)[1]
         command = (f'{shlex.join(launch_command(study, engine))} --config "$(dirname "$0")/{config.name}" '
                    f'{shlex.join(flag_argv(kept))}')
     else:
@@ -87,16 +100,14 @@ def render_script(study: optuna.Study, trial: optuna.trial.FrozenTrial, config: 
     return "\n".join(lines) + "\n"
 
 
-def _header(study: optuna.Study, trial: optuna.trial.FrozenTrial, env: dict[str, str], command: list[str],
+def _header(study: optuna.Study, best: Winner, env: dict[str, str], command: list[str],
             launch_argv: list[str], script: str | None) -> str:
-    a = trial.user_attrs
-    confirmed = study.user_attrs.get(CONFIRMED_ATTR) == trial.number
-    metrics = ", ".join(f"{k} {a[k]:.1f}" for k in ("output_throughput", "total_throughput", "p99_ttft_ms",
-                                                    "p99_itl_ms") if isinstance(a.get(k), (int, float)))
+    a = best.trial.user_attrs
+    metric = (study.metric_names or ["output_throughput"])[0]
+    metrics = ", ".join(f"{k} {v:.1f}" for k, v in best.figures.items())
     lines = [
-        f"Best configuration of study '{study.study_name}': trial {trial.number}"
-        + (" (confirmed by re-measurement)" if confirmed else ""),
-        f"metrics at concurrency {a.get('concurrency', '?')}: {metrics}",
+        f"Best configuration of study '{study.study_name}': {best.describe(metric)}",
+        f"{'medians' if best.confirmed else 'metrics'} at concurrency {a.get('concurrency', '?')}: {metrics}",
         f"correctness gate passed: {', '.join(a.get('gate_checks', [])) or 'none run'}; re-checked after load",
         f"server version: {a.get('server_version') or 'unknown'}; hardware: {a.get('hardware', 'unknown')}",
         f"exported {dt.datetime.now(dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} by tuner",
@@ -119,7 +130,8 @@ def _header(study: optuna.Study, trial: optuna.trial.FrozenTrial, env: dict[str,
 
 def export(storage: str, study_name: str | None, out: str | None, fmt: str, number: int | None) -> Path | None:
     study = load_study(storage, study_name)
-    trial = best_trial(study, number)
+    best = winner(study, number)
+    trial = best.trial
     if len(study.directions) > 1 and number is None:
         front = pareto_front(study)
         print("Pareto front (exporting the one with the best first objective; --trial N picks another):",
@@ -128,18 +140,20 @@ def export(storage: str, study_name: str | None, out: str | None, fmt: str, numb
             print(f"  trial {t.number}: {', '.join(f'{v:.1f}' for v in t.values)}", file=sys.stderr)
     path = None if out == "-" or (out is None and fmt != "yaml") else Path(out or "best.yaml")
     script = path.with_suffix(".sh") if path is not None and fmt == "yaml" and needs_script(study, trial) else None
-    text = render(study, trial, fmt, script.name if script else None)
+    text = render(study, best, fmt, script.name if script else None)
     if path is None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
         return None
     _write_atomically(path, text)
+    metric = (study.metric_names or ["output_throughput"])[0]
     if script is not None:
         _write_atomically(script, render_script(study, trial, path))
         script.chmod(0o755)
-        print(f"wrote {path} and {script} (trial {trial.number}); launch with: sh {script} --port 30000",
-              file=sys.stderr)
+        written, launch = f"{path} and {script}", ["sh", str(script)]
     else:
-        print(f"wrote {path} (trial {trial.number})", file=sys.stderr)
+        written, launch = str(path), [*launch_command(study, _engine(study, trial)), "--config", str(path)]
+    print(f"wrote {written}: {best.describe(metric)}\nlaunch it with: {shlex.join(launch)} --host 0.0.0.0 --port 30000",
+          file=sys.stderr)
     return path
 
 

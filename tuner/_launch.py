@@ -8,7 +8,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ._errors import UsageError
@@ -37,6 +37,7 @@ class ServerProcess:
     started: float  # time.monotonic()
     marker: str = ""  # the value of SERVER_MARKER in the server's environment
     start_ticks: int | None = None  # the leader's start time (see _procs.start_time)
+    signalled: set[str] = field(default_factory=set)  # signals the tuner sent it (names): who ended it
 
     @property
     def base_url(self) -> str:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import re
+import shutil
+import statistics
 import sys
+import textwrap
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -11,16 +15,32 @@ from typing import Any, TextIO
 import optuna
 from optuna.trial import TrialState
 
+from ._failures import FailureKind
 from ._spec import Spec
 
 
 class Progress:
+    """One line per finished trial: which of how many, its outcome, the best of the whole study, the time so
+    far and an estimate of the time left (the median trial time so far times the trials left)."""
+
     def __init__(self, spec: Spec, stream: TextIO = sys.stderr) -> None:
         self.spec = spec
         self.stream = stream
         self.live = stream.isatty()
         self._stage_started: dict[int, tuple[str, float]] = {}
         self.best: tuple[int, float] | None = None
+        self.total = 0
+        self.finished = 0
+        self.jobs = 1
+        self.seconds: list[float] = []  # of every trial that ran a server (not reused)
+        self.started = time.monotonic()
+
+    def begin(self, study: optuna.Study, total: int, jobs: int = 1) -> None:
+        """Count what the study already has, so that a resumed run goes on from there."""
+        self.total, self.jobs, self.started = total, jobs, time.monotonic()
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+            self.finished += 1
+            self._learn(t.number, t.user_attrs)
 
     def say(self, text: str) -> None:
         if self.live:
@@ -34,30 +54,64 @@ class Progress:
             self.stream.write(f"\r\033[K  trial {number}: {stage}...")
             self.stream.flush()
 
+    def _learn(self, number: int, attrs: dict[str, Any]) -> None:
+        if attrs.get("reused_from") is None and attrs.get("total_seconds"):
+            self.seconds.append(float(attrs["total_seconds"]))
+        if attrs.get("feasible"):
+            value = attrs.get(self.spec.objective.metric, 0.0)
+            if self.best is None or (value > self.best[1] if self.spec.objective.direction == "maximize"
+                                     else value < self.best[1]):
+                self.best = (number, value)
+
     def trial_end(self, trial: optuna.Trial, attrs: dict[str, Any]) -> None:
         metric = self.spec.objective.metric
-        kind = attrs.get("failure_kind", "none")
-        tag = "baseline" if attrs.get("baseline") else ""
-        seconds = attrs.get("total_seconds", 0.0)
+        self._learn(trial.number, attrs)
+        if attrs.get("failure_kind") != "interrupted":
+            self.finished += 1
         if attrs.get("feasible"):
-            value = attrs.get(metric, 0.0)
-            better = self.best is None or (value > self.best[1] if self.spec.objective.direction == "maximize"
-                                           else value < self.best[1])
-            if better:
-                self.best = (trial.number, value)
-            outcome = (f"ok        {metric}={value:.1f}  p99_ttft={attrs.get('p99_ttft_ms', 0):.0f}ms "
-                       f"p99_itl={attrs.get('p99_itl_ms', 0):.1f}ms")
+            kind, text = "ok", (f"{metric}={attrs.get(metric, 0.0):.1f} p99_ttft={attrs.get('p99_ttft_ms', 0):.0f}ms "
+                                f"p99_itl={attrs.get('p99_itl_ms', 0):.1f}ms")
         elif attrs.get("stopped_early"):
-            outcome = "stopped   slower than earlier trials (pruner)"
+            kind, text = "stopped", "slower than earlier trials (pruner)"
         else:
-            outcome = f"{kind:<9} {attrs.get('failure_message', '')[:90]}"
+            # Shortened at a word; `show` and the dashboard keep the whole message.
+            kind, text = attrs.get("failure_kind", "none"), textwrap.shorten(
+                attrs.get("failure_message", "") or "-", width=MESSAGE_WIDTH, placeholder=" ...")
+        outcome = f"{kind:<{KIND_WIDTH}} {text}"
         if attrs.get("reused_from") is not None:
-            outcome += f"  (reused trial {attrs['reused_from']}, no restart)"
+            outcome += f"  (same as trial {attrs['reused_from']}, no restart)"
+        tag = "baseline" if attrs.get("baseline") else ""
         best = f"best {self.best[1]:.1f} (trial {self.best[0]})" if self.best else "best -"
-        self.say(f"trial {trial.number:>3} {tag:<8} {outcome:<100.100} {seconds:6.1f}s  {best}")
+        self.say(f"[{self.finished:>{len(str(self.total))}}/{self.total}] trial {trial.number:>3} {tag:<8} "
+                 f"{outcome:<{KIND_WIDTH + 1 + MESSAGE_WIDTH}}  {attrs.get('total_seconds', 0.0):5.1f}s  {best}  "
+                 f"{self._times()}")
+
+    def _times(self) -> str:
+        elapsed = f"{duration(time.monotonic() - self.started)} elapsed"
+        left = max(0, self.total - self.finished)
+        if not left or not self.seconds:
+            return elapsed
+        return f"{elapsed}, ~{duration(statistics.median(self.seconds) * left / self.jobs)} left"
 
 
-def summary(study: optuna.Study, spec: Spec, top: int = 5) -> str:
+MESSAGE_WIDTH = 56  # of a failure message in the progress line
+KIND_WIDTH = max(len(kind.value) for kind in FailureKind)
+
+
+def duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def summary(study: optuna.Study, spec: Spec, top: int = 5, dashboard: str | None = None) -> str:
+    """The run's last screen: what happened, the winner (as export and show name it), what to do next."""
+    from ._errors import NoEligibleTrialError
+    from ._results import versus_baseline, winner
+
     trials = study.get_trials(deepcopy=False)
     metric = spec.objective.metric
     feasible = [t for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("feasible")]
@@ -67,22 +121,57 @@ def summary(study: optuna.Study, spec: Spec, top: int = 5) -> str:
                     if not t.user_attrs.get("feasible"))
     spent = sum(t.user_attrs.get("total_seconds", 0.0) for t in trials)
     wasted = sum(t.user_attrs.get("total_seconds", 0.0) for t in trials if not t.user_attrs.get("feasible"))
-    lines = [f"{len(trials)} trials: {len(feasible)} feasible; "
+    lines = [f"{len(trials)} trials: {len(feasible)} qualified; "
              + (", ".join(f"{k} {n}" for k, n in kinds.most_common()) or "no failures"),
-             f"time in trials {spent:.0f} s, of which {wasted:.0f} s on trials that did not qualify"]
-    if feasible:
-        lines.append(f"{'trial':>5}  {metric:>18}  {'p99_ttft_ms':>11}  {'p99_itl_ms':>10}  flags")
-        for t in feasible[:top]:
-            flags = " ".join(f"{k}={format_value(v)}" for k, v in t.params.items())
-            lines.append(f"{t.number:>5}  {t.user_attrs.get(metric, 0):>18.1f}  {t.user_attrs.get('p99_ttft_ms', 0):>11.0f}"
-                         f"  {t.user_attrs.get('p99_itl_ms', 0):>10.1f}  {flags}")
-    return "\n".join(lines)
+             f"time in trials {duration(spent)}, of which {duration(wasted)} on trials that did not qualify"]
+    try:
+        best = winner(study)
+    except NoEligibleTrialError:
+        return "\n".join(lines + ["no trial qualified: nothing to export; widen the space or look at "
+                                  "'python -m tuner show --failed'"])
+    lines.append(f"winner: {best.describe(metric)}")
+    gain = versus_baseline(study, best, metric)
+    if gain:
+        lines.append(f"  {gain}")
+    lines.append(f"{'trial':>5}  {metric:>18}  {'p99_ttft_ms':>11}  {'p99_itl_ms':>10}  where they differ")
+    shown = feasible[:top]
+    varying = [k for k in dict.fromkeys(k for t in shown for k in t.params)
+               if len({format_value(t.params.get(k)) for t in shown}) > 1]  # what tells them apart
+    room = max(30, shutil.get_terminal_size((120, 24)).columns - 53)
+    for t in shown:
+        flags = fit([f"{k}={format_value(t.params.get(k))}" for k in varying], room)
+        lines.append(f"{t.number:>5}  {t.user_attrs.get(metric, 0):>18.1f}  {t.user_attrs.get('p99_ttft_ms', 0):>11.0f}"
+                     f"  {t.user_attrs.get('p99_itl_ms', 0):>10.1f}  {flags}")
+    steps = [] if best.confirmed else ["python -m tuner confirm --top 3 --repeats 3   # re-measure the best on "
+                                       "fresh servers"]
+    steps += ["python -m tuner export                        # best.yaml (and the command that launches it)",
+              "python -m tuner report                        # report/index.html"]
+    if dashboard:
+        steps.append(f"{dashboard}   # every trial, its note and server log")
+    return "\n".join(lines + ["next:"] + [f"  {step}" for step in steps])
+
+
+def fit(items: Sequence[str], room: int) -> str:
+    """The items joined by spaces, as many as fit in `room` characters, then how many more there are."""
+    shown: list[str] = []
+    for i, item in enumerate(items):
+        rest = len(items) - i - 1
+        if len(" ".join([*shown, item])) + (len(f" +{rest} more") if rest else 0) > room:
+            return " ".join([*shown, f"+{len(items) - i} more"])
+        shown.append(item)
+    return " ".join(shown)
 
 
 def table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
+    """Columns padded to their widest cell; a column of numbers (and "-") is right-aligned."""
     cells = [list(map(str, header))] + [[format_value(c) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells)
+    numeric = [all(_NUMBER.fullmatch(r[i]) for r in cells[1:]) and len(cells) > 1 for i in range(len(header))]
+    return "\n".join("  ".join(c.rjust(w) if right else c.ljust(w) for c, w, right in zip(r, widths, numeric)).rstrip()
+                     for r in cells)
+
+
+_NUMBER = re.compile(r"-|-?[\d,]+(\.\d+)?")
 
 
 def format_value(value: Any) -> str:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import concurrent.futures
+import signal
+import textwrap
 import threading
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import httpx
@@ -100,16 +103,36 @@ def check_alive(server: ServerProcess, watcher: LogWatcher, stage: str,
     else:
         watcher.poll()
         fatal = watcher.fatal
-    raise crash_failure(watcher, stage, code)
+    raise crash_failure(watcher, stage, code, server.signalled)
 
 
-def crash_failure(watcher: LogWatcher, stage: str, code: int | None) -> TrialFailure:
-    """The failure of a server that exited with `code` (None: alive, with a definitive fatal line)."""
+def crash_failure(watcher: LogWatcher, stage: str, code: int | None,
+                  signalled: Collection[str] = ()) -> TrialFailure:
+    """The failure of a server that exited with `code` (None: alive, with a definitive fatal line);
+    `signalled`: the signals the tuner itself sent it."""
     fatal = watcher.fatal
     kind = fatal.kind if fatal else FailureKind.CRASH_ON_START
     if stage != "readiness" and kind is FailureKind.CRASH_ON_START:
         kind = FailureKind.CRASH_UNDER_LOAD
-    what = f"server exited with code {code}" if code is not None else "fatal log line"
+    what = exit_text(code, signalled, fatal is not None) if code is not None else "fatal log line"
     cause = watcher.cause()
-    message = f"{what}: {cause}" if cause else what
-    return TrialFailure(kind, message[:500], watcher.excerpt(around=fatal.line if fatal else None), stage)
+    message = f"{cause} ({what})" if cause else what  # the cause first: a shortened message keeps it
+    return TrialFailure(kind, textwrap.shorten(message, 500, placeholder=" ..."),
+                        watcher.excerpt(around=fatal.line if fatal else None), stage)
+
+
+def exit_text(code: int, signalled: Collection[str] = (), fatal_logged: bool = False) -> str:
+    """How the server ended, saying who sent a fatal signal: the tuner, the server itself after a fatal error
+    (SGLang's kill_process_tree SIGKILLs its own tree), or someone else (for SIGKILL often the OOM killer)."""
+    if code >= 0:
+        return f"server exited with code {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        return f"server ended by signal {-code}"
+    if name in signalled:
+        return f"server ended by the tuner's own {name}"
+    if fatal_logged:
+        return f"server ended itself with {name} after a fatal error"
+    hint = "; the kernel's OOM killer sends it: see dmesg" if name == "SIGKILL" else ""
+    return f"server killed by {name} from outside the tuner{hint}"

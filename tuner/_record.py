@@ -67,7 +67,8 @@ def _effective(result: TrialResult) -> dict[str, Any]:
     info = result.server_info
     keys = {flag.replace("-", "_") for flag in result.config.flags}
     keys |= {"mem_fraction_static", "max_total_num_tokens", "attention_backend", "cuda_graph_max_bs",
-             "chunked_prefill_size", "max_running_requests", "tp_size", "dp_size", "page_size"}
+             "chunked_prefill_size", "max_running_requests", "tp_size", "dp_size", "page_size",
+             "cuda_graph_config", "attn_dp_size", "enable_dp_attention"}
     return redact_flags({k: info[k] for k in sorted(keys) if k in info})
 
 

@@ -12,6 +12,7 @@ import datetime as dt
 import html
 import math
 import os
+import shlex
 import shutil
 import tempfile
 import warnings
@@ -24,7 +25,8 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from ._errors import NoEligibleTrialError, StorageError, UsageError
-from ._results import CONFIRMED_ATTR, best_trial, eligible, load_study
+from ._export import launch_argv
+from ._results import CONFIRMED_ATTR, eligible, load_study, versus_baseline, winner
 from ._show import failure_breakdown
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
@@ -226,6 +228,28 @@ def _front_2d(points: list[tuple[FrozenTrial, float, float]]) -> list[tuple[Froz
     return sorted(front, key=lambda p: p[2])
 
 
+# Where a point's label may go, in points from it: right-above first, then the other corners.
+_LABEL_OFFSETS = ((6, 4), (6, -12), (-6, 4), (-6, -12), (6, 14), (-6, -22))
+
+
+def label_points(fig, ax, points: list[tuple[float, float, str]]) -> list:
+    """Label each point where its label overlaps no other label; a label with no free
+    place is left out (the chart's note lists every point). Returns the labels drawn."""
+    fig.canvas.draw()  # the transforms and text extents need a laid-out figure
+    placed, boxes = [], []
+    for x, y, text in points:
+        for dx, dy in _LABEL_OFFSETS:
+            label = ax.annotate(text, (x, y), textcoords="offset points", xytext=(dx, dy), fontsize=8,
+                                ha="left" if dx > 0 else "right")
+            box = label.get_window_extent(renderer=fig.canvas.get_renderer()).expanded(1.05, 1.1)
+            if not any(box.overlaps(other) for other in boxes):
+                placed.append(label)
+                boxes.append(box)
+                break
+            label.remove()
+    return placed
+
+
 def _pareto(plt, rep: Report, folder: Path) -> Chart:
     chart = Chart("pareto", "Throughput against p99 TTFT")
     points = [(t, _metric(t, "output_throughput"), _metric(t, "p99_ttft_ms")) for t in rep.trials
@@ -244,8 +268,7 @@ def _pareto(plt, rep: Report, folder: Path) -> Chart:
         front = _front_2d(ok)
         ax.plot([p[2] for p in front], [p[1] for p in front], "-o", color="#e15759", markersize=8,
                 markerfacecolor="none", markeredgewidth=2, label=f"Pareto front ({len(front)})")
-        for t, thr, ttft in front:
-            ax.annotate(f"#{t.number}", (ttft, thr), textcoords="offset points", xytext=(6, 4), fontsize=8)
+        label_points(fig, ax, [(ttft, thr, f"#{t.number}") for t, thr, ttft in front])
         chart.note = ("Pareto front (no other feasible trial is both faster and has a lower p99 TTFT): "
                       + ", ".join(f"trial {t.number} ({thr:.0f} tok/s, {ttft:.0f} ms)" for t, thr, ttft in front)
                       + ".")
@@ -436,18 +459,18 @@ def _html(rep: Report) -> str:
 def _winner_html(study: optuna.Study) -> list[str]:
     e = html.escape
     try:
-        best = best_trial(study)
+        best = winner(study)
     except NoEligibleTrialError:
         return ['<h2>Best configuration</h2><p class="bad">No trial passed every gate: nothing may be deployed.</p>']
-    a = best.user_attrs
-    confirmed = study.user_attrs.get(CONFIRMED_ATTR) == best.number
-    metrics = ", ".join(f"{k} {a[k]:.1f}" for k in ("output_throughput", "total_throughput", "p99_ttft_ms",
-                                                    "p99_itl_ms") if isinstance(a.get(k), (int, float)))
-    flags = " ".join(f"--{k}={v}" for k, v in (a.get("flags") or {}).items())
+    a = best.trial.user_attrs
+    metric = _objective_names(study)[0]
+    metrics = ", ".join(f"{k} {v:.1f}" for k, v in best.figures.items())
+    gain = versus_baseline(study, best, metric)
     out = ["<h2>Best configuration</h2>",
-           f"<p class=\"ok\">Trial {best.number}" + (" (confirmed by re-measurement)" if confirmed else "")
-           + f": {e(metrics)}</p>",
-           f"<p>Flags: <code>{e(flags) or '(defaults)'}</code></p>",
+           f'<p class="ok">Winner: {e(best.describe(metric))}</p>',
+           f"<p>{'Medians' if best.confirmed else 'Metrics'}: {e(metrics)}" + (f"; {e(gain)}" if gain else "")
+           + "</p>",
+           f"<p>Launched as: <code>{e(shlex.join(launch_argv(study, best.trial)))}</code></p>",
            f"<p>Gate checks passed: {e(', '.join(a.get('gate_checks', [])) or 'none run')}. "
            "Export it with <code>python -m tuner export</code>.</p>"]
     if len(study.directions) > 1:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
@@ -9,6 +12,64 @@ from ._errors import NoEligibleTrialError, StorageError
 from ._study import open_storage
 
 CONFIRMED_ATTR = "confirmed_winner"
+CONFIRMATIONS_ATTR = "confirmations"
+# The figures an export header and the winner's line report, measured per run and confirmed as medians.
+FIGURES = ("output_throughput", "total_throughput", "p99_ttft_ms", "p99_itl_ms")
+
+
+@dataclass(frozen=True)
+class Winner:
+    """The trial every screen names as the winner, with the figures to report: the medians of its
+    re-measurements when `confirm` crowned it, else its one measurement."""
+    trial: FrozenTrial
+    confirmed: bool
+    figures: dict[str, float]
+    runs: tuple[float, ...] = ()  # the objective's value per re-measurement
+    spread: float = 0.0  # (max - min) / median of the runs
+
+    def describe(self, metric: str) -> str:
+        value = self.figures.get(metric)
+        shown = f"{metric} {value:,.1f}" if value is not None else metric
+        if self.confirmed:
+            return (f"trial {self.trial.number}, confirmed: median {shown} over {len(self.runs)} fresh servers "
+                    f"(spread {self.spread:.1%})")
+        return f"trial {self.trial.number}, not confirmed: {shown} from one run (python -m tuner confirm re-measures)"
+
+
+UNITS = {"output_throughput": "tok/s", "total_throughput": "tok/s", "input_throughput": "tok/s",
+         "request_throughput": "req/s"}
+
+
+def versus_baseline(study: optuna.Study, best: Winner, metric: str) -> str | None:
+    """How much the winner beats the baseline, e.g. `+11% over the baseline (trial 0): 1,817 -> 2,023 tok/s`;
+    None without a qualified baseline, or when the winner is the baseline."""
+    base = next((t for t in eligible(study) if t.user_attrs.get("baseline")), None)
+    if base is None or base.number == best.trial.number or not base.user_attrs.get(metric):
+        return None
+    before = float((study.user_attrs.get(CONFIRMATIONS_ATTR, {}).get(str(base.number)) or {}).get("median")
+                   or base.user_attrs[metric])
+    after = best.figures.get(metric)
+    if after is None:
+        return None
+    unit = UNITS.get(metric, "ms" if metric.endswith("_ms") else "")
+    return (f"{(after - before) / before:+.0%} over the baseline (trial {base.number}): "
+            f"{before:,.0f} -> {after:,.0f} {unit}".rstrip())
+
+
+def winner(study: optuna.Study, number: int | None = None) -> Winner:
+    """The trial to deploy (`number` picks another eligible one), confirmed or not."""
+    trial = best_trial(study, number)
+    confirmation = study.user_attrs.get(CONFIRMATIONS_ATTR, {}).get(str(trial.number)) or {}
+    first_run = {k: float(trial.user_attrs[k]) for k in FIGURES if isinstance(trial.user_attrs.get(k), (int, float))}
+    if study.user_attrs.get(CONFIRMED_ATTR) != trial.number or not confirmation.get("values"):
+        return Winner(trial, False, first_run)
+    runs = tuple(confirmation["values"])
+    median = confirmation["median"]
+    figures: dict[str, Any] = {**first_run, **confirmation.get("figures", {})}
+    if len(study.directions) == 1:
+        metric = study.metric_names[0] if study.metric_names else "output_throughput"
+        figures[metric] = median
+    return Winner(trial, True, figures, runs, (max(runs) - min(runs)) / median if median else 0.0)
 
 
 def load_study(storage_url: str, study_name: str | None) -> optuna.Study:

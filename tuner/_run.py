@@ -21,6 +21,7 @@ from ._gpus import GpuProbe, MemoryBaseline, check_gpu_ids, parse_gpu_list
 from ._slots import SlotPool
 from ._progress import Progress, summary
 from ._redact import Redactor, redact_env
+from ._simulate import AUTO, DEFAULT_PROFILE, choose_profile, profile_hint
 from ._spec import Spec, load_spec
 from ._study import heartbeat_settings, load_or_create, open_storage
 from ._teardown import end_orphans
@@ -29,7 +30,6 @@ from ._worker import Interrupted, Surplus, TrialBudget, Worker, fail_trials_of_d
 from .engines import get_engine
 
 DEFAULT_SPACE = Path("search_spaces/default.yaml")
-DEFAULT_PROFILE = "glm5-nvfp4-sm120"
 SIM_COMMAND = (sys.executable, "-m", "tuner.sim")
 # A dry run compresses the minutes of a real start-up far more than decode steps, whose wall-clock token
 # rate the probe must keep up with on a small machine. The environment overrides either.
@@ -61,29 +61,40 @@ class Prepared:
     env: dict[str, str]
     report: CheckReport
     takes_config: bool = True  # the server's --help lists --config
+    deprecated: frozenset[str] = frozenset()  # flags its --help calls deprecated
+    profile: str | None = None  # the simulator's profile, when simulated
+
+    @property
+    def checked_against(self) -> str:
+        return f"'{' '.join(self.command)} --help'" + (f" (simulator profile {self.profile})" if self.profile else "")
 
 
 def resolve_space_path(space: str | None, simulate: str | None) -> Path:
     if space:
         return Path(space)
-    if simulate:
+    if simulate is not None:
         # A simulated deployment ships with its own space: search_spaces/<profile>.yaml.
-        matching = Path("search_spaces") / f"{Path(simulate).stem}.yaml"
+        matching = Path("search_spaces") / f"{Path(simulate or DEFAULT_PROFILE).stem}.yaml"
         if matching.exists():
             return matching
     return DEFAULT_SPACE
 
 
 def prepare(space: str | None, simulate: str | None, model: str | None, strict: bool = True) -> Prepared:
-    """Load the space and check it against the server that will be launched; no storage is touched."""
-    spec = load_spec(resolve_space_path(space, simulate))
+    """Load the space and check it against the server that will be launched; no storage is touched.
+    `simulate`: None for the real server, else a profile name or file, or AUTO (the space's profile)."""
+    space_path = resolve_space_path(space, simulate)
+    spec = load_spec(space_path)
     # Servers run inside their trial folder: relative paths must mean what they meant here.
     spec = _with_model(spec, _absolute(model or spec.server.model_path))
     engine = get_engine(spec.engine)
     env = {**os.environ, **spec.server.env}
-    if simulate:
+    profile = None
+    if simulate is not None:
+        # Plain `--simulate` without --space is the seed deployment's dry run (Quick start).
+        profile = choose_profile(spec, space_path, DEFAULT_PROFILE if simulate == AUTO and not space else simulate)
         command = SIM_COMMAND
-        env["TUNER_SIM_PROFILE"] = simulate
+        env["TUNER_SIM_PROFILE"] = profile
         for name, value in SIM_SPEED.items():
             env.setdefault(name, value)
         spec = _compress_timeouts(spec, float(env["TUNER_SIM_STARTUP_SCALE"]))
@@ -94,9 +105,11 @@ def prepare(space: str | None, simulate: str | None, model: str | None, strict: 
         _check_model_path(spec.server.model_path)
     help_flags = parse_help(server_help(command, env))
     report = check_flags(spec, help_flags)
+    if profile is not None and report.errors:
+        report.hint = profile_hint(profile)
     if strict:
         raise_on_errors(report)
-    return Prepared(spec, tuple(command), env, report, "config" in help_flags.flags)
+    return Prepared(spec, tuple(command), env, report, "config" in help_flags.flags, help_flags.deprecated, profile)
 
 
 def _with_model(spec: Spec, model: str) -> Spec:
@@ -155,8 +168,9 @@ def run(options: RunOptions, stream=sys.stderr) -> optuna.Study:
     _requeue_interrupted(study)
     # What `confirm` needs to launch the same servers again.
     study.set_user_attr("server_command", list(prepared.command))
-    study.set_user_attr("simulate", options.simulate)
+    study.set_user_attr("simulate", prepared.profile)
     study.set_user_attr("server_takes_config", prepared.takes_config)
+    study.set_user_attr("deprecated_flags", sorted(prepared.deprecated))  # export spells them as --config takes them
     study.set_user_attr("server_env", redact_env(spec.server.env))  # what an exported launch needs too
     artifacts = Path(options.workdir) / "artifacts"  # one store for every study, as the dashboard reads one
     artifacts.mkdir(parents=True, exist_ok=True)
@@ -173,8 +187,12 @@ def run(options: RunOptions, stream=sys.stderr) -> optuna.Study:
     done = _finished(study)
     remaining = options.trials - done
     progress.say(f"study '{study_name}' on {options.storage}: {done} of {options.trials} trials done; "
-                 f"{prepared.report.flags_checked} flags checked against '{' '.join(prepared.command)} --help'")
-    if remaining > 0:
+                 f"{prepared.report.flags_checked} flags checked against {prepared.checked_against}")
+    progress.begin(study, options.trials, n_jobs)
+    if remaining <= 0:
+        progress.say(f"nothing to run: --trials is the total the study should have, and it has {done}; "
+                     f"to add 20 more, run the same command with --trials {done + 20}")
+    else:
         budget = TrialBudget(options.trials, ctx.cancel, grace_s=heartbeat_settings()[1])
         worker.budget = budget
         with _interrupts_cancel(ctx.cancel):
@@ -185,7 +203,7 @@ def run(options: RunOptions, stream=sys.stderr) -> optuna.Study:
                 progress.say("interrupted: the server was stopped and the trial marked; "
                              "run the same command again to resume")
                 raise KeyboardInterrupt from None
-    progress.say(summary(study, spec))
+    progress.say(summary(study, spec, dashboard=f"optuna-dashboard {options.storage} --artifact-dir {artifacts}"))
     return study
 
 
@@ -328,13 +346,16 @@ def _fewest_gpus(spec: Spec, engine) -> int:
 
 
 def check(space: str | None, simulate: str | None, model: str | None, stream=sys.stdout) -> CheckReport:
+    """Print every warning and error once (on `stream`) and the verdict; the caller exits 2 on errors."""
     prepared = prepare(space, simulate, model, strict=False)
     for w in prepared.report.warnings:
         print(f"warning: {w}", file=stream)
     for e in prepared.report.errors:
         print(f"error: {e}", file=stream)
-    raise_on_errors(prepared.report)
-    print(f"ok: {prepared.spec.name}: {len(prepared.spec.space.params)} parameters, "
-          f"{prepared.report.flags_checked} flags checked against '{' '.join(prepared.command)} --help'", file=stream)
+    if prepared.report.hint:
+        print(f"hint: {prepared.report.hint}", file=stream)
+    if not prepared.report.errors:
+        print(f"ok: {prepared.spec.name}: {len(prepared.spec.space.params)} parameters, "
+              f"{prepared.report.flags_checked} flags checked against {prepared.checked_against}",
+              file=stream)
     return prepared.report
-

@@ -111,6 +111,7 @@ class Spec:
     objective: Objective
     source: str = ""  # the file's text, stored with the study so a changed space is noticed
     try_first: tuple[Mapping[str, Any], ...] = ()  # run right after the baseline
+    sim_profile: str | None = None  # the simulator profile `--simulate` uses for this space
 
 
 DEFAULT_GATE_PROMPTS = (
@@ -166,8 +167,9 @@ def parse_spec(text: str, origin: str = "<space>") -> Spec:
     gate = _parse_gate(top.section("gate"))
     probe = _parse_probe(top.section("probe"))
     objective = _parse_objective(top.section("objective"), probe)
+    sim_profile = top.get("sim-profile", str, None)
     top.done(allowed=["help", "description"])
-    return Spec(name, engine, server, space, gate, probe, objective, text, tuple(try_first))
+    return Spec(name, engine, server, space, gate, probe, objective, text, tuple(try_first), sim_profile)
 
 
 def _parse_server(s: Section) -> ServerSpec:

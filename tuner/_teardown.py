@@ -59,9 +59,11 @@ def stop_server(server: ServerProcess, grace: float = 10.0, settle: Callable[[],
     t0 = time.monotonic()
     killed = False
     if group_members(server.pgid) or server.popen.poll() is None:
+        server.signalled.add("SIGTERM")
         signal_group(server.pgid, signal.SIGTERM)
         if not _wait_gone(server, grace):
             killed = True
+            server.signalled.add("SIGKILL")
             signal_group(server.pgid, signal.SIGKILL)
             _wait_gone(server, 10.0)
     try:

@@ -75,8 +75,6 @@ class Engine:
     gpu_flags: tuple[str, ...] = ()
     display_command: tuple[str, ...] = ()  # how a person launches it, for exported commands
     model_flag: str = "--model-path"
-    # Flags an exported --config file cannot carry; export puts them on the launch line instead.
-    launch_line_flags: frozenset[str] = frozenset()
     _any_fatal: re.Pattern[str] | None = field(default=None, init=False, repr=False)
 
     # -- launching ---------------------------------------------------------------------------------
@@ -140,6 +138,15 @@ class Engine:
     def config_file(self, flags: Mapping[str, Any], model_path: str) -> dict[str, Any]:
         """The engine's --config YAML mapping for these flags."""
         raise NotImplementedError
+
+    def deprecated_in(self, version: str | None) -> frozenset[str]:
+        """Deprecated flags of this server version, for a study that did not record its server's --help."""
+        return frozenset()
+
+    def respell(self, flags: Mapping[str, Any], deprecated: frozenset[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The flags as a --config file takes them (deprecated ones in their current spelling, where the
+        version has one), and those that must stay on the launch line (deprecated, with no other spelling)."""
+        return dict(flags), {}
 
 
 def flag_argv(flags: Mapping[str, Any]) -> list[str]:

@@ -30,6 +30,21 @@ SGLANG_FATAL = patterns(
 )
 
 
+def _graphs_off(flags: Mapping[str, Any]) -> dict[str, Any]:
+    return {"cuda-graph-backend-decode": "disabled", "cuda-graph-backend-prefill": "disabled"}
+
+
+def _dp_attention(flags: Mapping[str, Any]) -> dict[str, Any]:
+    return {"attn-dp-size": int(flags.get("dp-size") or 1), "dp-size": None}
+
+
+# Booleans deprecated since 0.5.18: the command line still takes them (with a warning), but the --config
+# parser of 0.5.23 refuses a DeprecatedStoreTrueAction option outright. Each has a current spelling with the
+# same meaning (the one its deprecation warning names). A respelling sets a flag only where the trial did not
+# set it itself, and None drops one (dp-size, folded into attn-dp-size).
+_RESPELLED = {"disable-cuda-graph": _graphs_off, "enable-dp-attention": _dp_attention}
+
+
 class SGLang(Engine):
     def __init__(self) -> None:
         super().__init__(
@@ -40,9 +55,6 @@ class SGLang(Engine):
             fatal_patterns=SGLANG_FATAL,
             gpu_flags=("tp-size", "tensor-parallel-size", "pp-size", "dp-size"),
             display_command=("python", "-m", "sglang.launch_server"),
-            # Deprecated booleans since 0.5.18: the command line still takes them (with a warning), but
-            # the --config parser of 0.5.23 refuses a DeprecatedStoreTrueAction option outright.
-            launch_line_flags=frozenset({"disable-cuda-graph", "enable-dp-attention"}),
         )
 
     def gpus_needed(self, flags: Mapping[str, Any]) -> int:
@@ -106,6 +118,29 @@ class SGLang(Engine):
 
     def stream_parser(self) -> _SGLangStream:
         return _SGLangStream()
+
+    def deprecated_in(self, version: str | None) -> frozenset[str]:
+        try:
+            release = tuple(int(part) for part in (version or "").split(".")[:3])
+        except ValueError:
+            release = ()
+        return frozenset(_RESPELLED) if release >= (0, 5, 18) else frozenset()
+
+    def respell(self, flags: Mapping[str, Any], deprecated: frozenset[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+        out, launch_line = dict(flags), {}
+        for name, value in flags.items():
+            if name not in deprecated or value in (None, False):
+                continue
+            del out[name]
+            if name not in _RESPELLED:
+                launch_line[name] = value
+                continue
+            for new, new_value in _RESPELLED[name](flags).items():
+                if new_value is None:
+                    out.pop(new, None)
+                elif out.get(new) is None:
+                    out[new] = new_value
+        return out, launch_line
 
     def config_file(self, flags: Mapping[str, Any], model_path: str) -> dict[str, Any]:
         out: dict[str, Any] = {"model-path": model_path}

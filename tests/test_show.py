@@ -1,0 +1,116 @@
+"""`tuner show` and the run's progress lines, as a person reads them, from a real study of the simulator."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import Tuner, instant_space
+
+# Triton attention "needs a newer GPU": every trial with it crashes at start, with a long exception line.
+# CUDA graphs are off in nearly every trial, crashed or not: frequent among the crashes, but no cause.
+CRASH = ("RuntimeError: the triton attention kernel for this head size requires SM100 (Blackwell); found SM90 "
+         "on device 0")
+SPACE = instant_space(
+    "cause", server="  fixed: {trust-remote-code: true}\n",
+    params="  attention-backend: {type: categorical, choices: [fa3, flashinfer, triton]}\n"
+           "  disable-cuda-graph: {type: bool}\n"
+           "  schedule-conservativeness: {type: categorical, choices: [0.5, 1.0, 1.5]}\n",
+    baseline="{attention-backend: fa3, disable-cuda-graph: true, schedule-conservativeness: 1.0}")
+QUEUED = [("flashinfer", True, 0.5), ("triton", True, 1.0), ("fa3", False, 1.5), ("triton", True, 0.5),
+          ("flashinfer", True, 1.5), ("triton", True, 1.5), ("fa3", True, 0.5)]
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    t = Tuner(tmp_path_factory.mktemp("show"))
+    from tuner.sim import __file__ as sim_file
+
+    profile = yaml.safe_load((Path(sim_file).parent / "profiles" / "instant.yaml").read_text())
+    profile["health"] = [{"when": {"decode_backend": "triton"}, "effect": "crash_on_start", "message": CRASH}]
+    (t.folder / "profile.yaml").write_text(yaml.safe_dump(profile))
+    run = ("run", "--space", str(t.space(SPACE)), "--simulate", "profile.yaml")
+    try:
+        done = t.run(*run, "--trials", "1")
+        assert done.returncode == 0, done.stderr[-3000:]
+        s = t.study("cause")
+        for backend, graphs_off, conservativeness in QUEUED:
+            s.enqueue_trial({"attention-backend": backend, "disable-cuda-graph": graphs_off,
+                             "schedule-conservativeness": conservativeness})
+        done = t.run(*run, "--trials", "8")
+        assert done.returncode == 0, done.stderr[-3000:]
+        t.progress = done.stderr
+        yield t
+    finally:
+        t.end_leftovers()
+
+
+def test_failures_are_attributed_to_what_sets_them_apart(study):
+    crashed = [t for t in study.study("cause").get_trials() if t.user_attrs.get("failure_kind") == "crash_on_start"]
+    assert sorted(t.number for t in crashed) == [2, 4, 6]
+    out = study.run("show", env={"COLUMNS": "200"}).stdout
+    line, = [line for line in out.splitlines() if line.startswith("  crash_on_start:")]
+    assert line == ("  crash_on_start: 3 trial(s); most telling: attention-backend=triton (in 3 of them; 3 of the 3 "
+                    "trials with it failed so: 2.7x the rate of all 8)")
+    assert "disable-cuda-graph" not in line  # 3 of 3 too, but 7 of 8 overall: it explains nothing
+
+
+def test_show_fits_the_terminal_and_keeps_whole_messages(study):
+    out = study.run("show", env={"COLUMNS": "100"}).stdout
+    lines = out.splitlines()
+    assert max(map(len, lines)) <= 100, max(lines, key=len)
+    header = lines[0].split()
+    assert header[:3] == ["trial", "outcome", "out"] and "differs from trial" in lines[0]
+    rows = lines[1:9]
+    throughput = [re.findall(r"\s(\d+\.\d+|-)\s", row)[0] for row in rows]
+    assert all(v == "-" or re.fullmatch(r"\d+\.\d", v) for v in throughput), throughput  # one precision
+    assert sum(v == "-" for v in throughput) == 3
+    # The whole crash message, once for the three trials that had it, wrapped at words.
+    messages = out[out.index("messages:"):]
+    # The simulator, as SGLang, SIGKILLs its own process tree after a scheduler exception: said so, with the
+    # exception line, not the traceback's first line.
+    assert "trials 2, 4, 6 (crash_on_start): RuntimeError: the triton attention" in messages
+    assert "(server ended itself with SIGKILL after a fatal error)" in " ".join(messages.split())
+    assert " ".join(messages.split()).count(CRASH) == 1
+    winner = next(line for line in lines if line.startswith("winner: "))
+    assert winner.startswith("winner: trial ") and "not confirmed" in winner
+    wide = study.run("show", "--wide").stdout.splitlines()[0].split()
+    assert {"attention-backend", "disable-cuda-graph", "schedule-conservativeness"} <= set(wide)
+
+
+def test_progress_lines_count_and_shorten_messages_at_a_word(study):
+    lines = [line for line in study.progress.splitlines() if re.match(r"\[\d/8\] trial", line)]
+    assert [line[:5] for line in lines] == [f"[{n}/8]" for n in range(2, 9)]  # trial 0 ran in the first run
+    assert "elapsed, ~" in lines[0] and lines[-1].endswith("elapsed")
+    crash = [line for line in lines if " crash_on_start " in line]
+    assert len(crash) == 3
+    full = f"{CRASH} (server ended itself with SIGKILL after a fatal error)"
+    for line in crash:
+        shown = re.search(r"crash_on_start +(.*?) +\d+\.\ds  best", line).group(1)
+        assert shown.endswith(" ...") and full.startswith(shown.removesuffix(" ..."))
+        assert full[len(shown) - 4] == " ", shown  # cut before a word, never inside one
+    # On resume, "best" is over the whole study: the baseline of the first run counts.
+    first, second = study.study("cause").get_trials()[:2]
+    best = max((first, second), key=lambda t: t.value)
+    assert f"best {best.value:.1f} (trial {best.number})" in lines[0], lines[0]
+
+
+def test_run_summary_names_the_gain_over_the_baseline_and_next_steps(study):
+    trials = study.study("cause").get_trials()
+    base = trials[0]
+    best = max((t for t in trials if t.user_attrs["feasible"]), key=lambda t: t.value)
+    before, after = base.user_attrs["output_throughput"], best.user_attrs["output_throughput"]
+    summary = study.progress[study.progress.index("8 trials: 5 qualified; crash_on_start 3"):]
+    assert f"winner: trial {best.number}, not confirmed: output_throughput {after:,.1f} from one run" in summary
+    if best.number != base.number:  # (the instant profile's speeds are noise: the baseline may win)
+        assert (f"  {(after - before) / before:+.0%} over the baseline (trial 0): {before:,.0f} -> {after:,.0f} "
+                "tok/s") in summary
+    else:
+        assert "over the baseline" not in summary
+    steps = summary[summary.index("next:"):].splitlines()[1:]
+    assert [s.split()[:4] for s in steps] == [
+        ["python", "-m", "tuner", "confirm"], ["python", "-m", "tuner", "export"], ["python", "-m", "tuner", "report"],
+        ["optuna-dashboard", "sqlite:///trials.db", "--artifact-dir", "runs/artifacts"]]
