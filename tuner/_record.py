@@ -6,9 +6,11 @@ constraint, because optuna-dashboard 0.21 does not display constraints set with 
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
-from collections.abc import Mapping
+import sys
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import optuna
@@ -110,9 +112,23 @@ def note_markdown(result: TrialResult, attrs: Mapping[str, Any], feasible: bool)
 
 
 def save_note(trial: optuna.Trial, markdown: str) -> None:
-    from optuna_dashboard import save_note as _save  # lazily: the dashboard package is heavy
+    _dashboard_save_note()(trial, markdown)
 
-    _save(trial, markdown)
+
+@functools.cache
+def _dashboard_save_note() -> Callable[[optuna.Trial, str], None]:
+    """optuna_dashboard's save_note, imported lazily (the package is heavy) and without scikit-learn:
+    importing the package imports optuna.importance, whose fANOVA takes scikit-learn where it is installed
+    (as in most ML environments): 80 MB of the tuner's memory for a function that writes notes."""
+    hidden = "sklearn" not in sys.modules
+    if hidden:
+        sys.modules["sklearn"] = None  # type: ignore[assignment]  # `import sklearn` raises ImportError
+    try:
+        from optuna_dashboard import save_note as dashboard_save_note
+    finally:
+        if hidden:
+            del sys.modules["sklearn"]
+    return dashboard_save_note
 
 
 def store_log(result: TrialResult, redactor: Redactor, cap_mb: float) -> None:
