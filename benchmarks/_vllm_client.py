@@ -19,7 +19,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,10 +96,11 @@ def check_cores(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
         parser.error(f"--server-core and --client-core must be two different cores of {sorted(cores)}")
 
 
-def ready_to_run(name: str) -> bool:
-    """False (saying why) when vLLM's environment or the tiny model is missing. Otherwise SIGTERM (e.g. a
-    test's timeout) is made to unwind through `finally`, which stops the servers a benchmark started."""
-    missing = vllm_available()
+def ready_to_run(name: str, missing_check: Callable[[], str | None] = vllm_available) -> bool:
+    """False (saying why) when `missing_check` names something missing (default: vLLM's environment or
+    the tiny model). Otherwise SIGTERM (e.g. a test's timeout) is made to unwind through `finally`, which
+    stops the servers a benchmark started."""
+    missing = missing_check()
     if missing:
         print(f"{name}: {missing}", file=sys.stderr)
         return False

@@ -49,7 +49,7 @@ sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # this checkout's tuner, a
 from _vllm_client import (  # noqa: E402
     TINY_MODEL, VllmBench, Workload, add_core_args, check_cores, cpu_seconds, median, print_table, ready_to_run,
     wait_ready)
-from tuner._procs import free_port  # noqa: E402
+from _sim import start_sim  # noqa: E402
 
 MODEL = "sim/model"  # the name the simulator serves
 PROBE, BENCH = "probe (vllm engine)", "vllm bench serve"
@@ -93,18 +93,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.rounds, args.requests, args.output_len, args.warmups, args.no_generate = 1, 64, 64, 1, True
     check_cores(parser, args)
     return args
-
-
-def start_sim(workdir: Path, core: int):
-    from tuner._launch import LaunchRequest, launch
-
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNER_SIM_")}
-    env.update(PYTHONPATH=str(REPO), TUNER_SIM_PROFILE="instant", TUNER_SIM_SEED="0")
-    # taskset in the argv, not sched_setaffinity afterwards: every thread the server starts is pinned.
-    argv = ["taskset", "-c", str(core), sys.executable, "-m", "tuner.sim", "--model-path", MODEL,
-            "--port", str(port)]
-    return launch(LaunchRequest(argv=argv, env=env, workdir=workdir, host="127.0.0.1", port=port))
 
 
 def probe_once(base_url: str, sim, workload: Workload, prompts: Path, engine_name: str, warmups: int) -> Run:
@@ -182,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                  for seed in range(args.rounds)]
     with tempfile.TemporaryDirectory(prefix="probe_ceiling-") as tmp:
         folder = Path(tmp)
-        sim = start_sim(folder / "sim", args.server_core)
+        sim = start_sim(folder / "sim", args.server_core, "instant", MODEL)
         try:
             os.sched_setaffinity(0, {args.client_core})  # this process (the probe) and what it starts
             base_url = f"http://127.0.0.1:{sim.port}"
