@@ -159,7 +159,8 @@ async def _probe(base_url: str, headers: Mapping[str, str], engine: Engine, spec
     deadline = time.perf_counter() + spec.time_budget
     # Not httpx: its per-chunk cost capped what one core could measure (see tuner/_stream_client.py).
     # The semaphore of each level bounds the connections; the timeout is per read, as httpx's was.
-    async with StreamClient(base_url, headers, read_timeout=spec.request_timeout, connect_timeout=10.0) as client:
+    async with StreamClient(base_url, headers, read_timeout=spec.request_timeout, connect_timeout=10.0,
+                            reuse=engine.bench_reuses_connections) as client:
         watch = asyncio.create_task(_watch(alive))
         try:
             if spec.warmup:

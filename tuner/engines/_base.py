@@ -77,6 +77,9 @@ class Engine:
     model_flag: str = "--model-path"
     # Flags an exported --config file cannot carry; export puts them on the launch line instead.
     launch_line_flags: frozenset[str] = frozenset()
+    # Whether the engine's own benchmark client keeps connections alive between requests; the probe
+    # connects as it does, since a new connection's wait at a busy server's accept is part of its TTFT.
+    bench_reuses_connections: bool = True
     _any_fatal: re.Pattern[str] | None = field(default=None, init=False, repr=False)
 
     # -- launching ---------------------------------------------------------------------------------

@@ -30,6 +30,16 @@ SGLANG_FATAL = patterns(
 )
 
 
+# 0.5.23's flags whose resolved value /server_info reports in cuda_graph_config: flag -> (phases, key).
+_GRAPH_FLAGS = {
+    **{f"cuda-graph-{name}-{phase}": ((phase,), key) for phase in ("decode", "prefill")
+       for name, key in (("max-bs", "max_bs"), ("bs", "bs"), ("backend", "backend"))},
+    "disable-cuda-graph": (("decode", "prefill"), "backend"),
+    "disable-decode-cuda-graph": (("decode",), "backend"),
+    "disable-prefill-cuda-graph": (("prefill",), "backend"),
+}
+
+
 class SGLang(Engine):
     def __init__(self) -> None:
         super().__init__(
@@ -43,6 +53,12 @@ class SGLang(Engine):
             # Deprecated booleans since 0.5.18: the command line still takes them (with a warning), but
             # the --config parser of 0.5.23 refuses a DeprecatedStoreTrueAction option outright.
             launch_line_flags=frozenset({"disable-cuda-graph", "enable-dp-attention"}),
+            # bench_serving opens an aiohttp session, so a TCP connection, per request
+            # (sglang/benchmark/serving.py, _create_bench_client_session in each async_request_*). With
+            # kept-alive connections the probe measured 0.88x its mean TTFT on the simulated 8B server:
+            # the first request of a wave arrived alone and was prefilled alone less often
+            # (benchmarks/probe_vs_sglang_bench.py).
+            bench_reuses_connections=False,
         )
 
     def gpus_needed(self, flags: Mapping[str, Any]) -> int:
@@ -66,6 +82,27 @@ class SGLang(Engine):
             response.raise_for_status()
             return response.json()
         return {}
+
+    def effective_flags(self, info: Mapping[str, Any], asked: Mapping[str, Any]) -> dict[str, Any]:
+        """Where the server reports them: from 0.5.23 on, the resolved CUDA-graph settings are only in
+        `cuda_graph_config` (decode and prefill phases); the flat per-phase flags keep what was asked, so
+        64 asked and 32 captured reads 64 there (sglang/srt/arg_groups/cuda_graph_hook.py and
+        memory_hook.py write the result into cuda_graph_config; utils/common.py build_server_info
+        serves ServerArgs.resolved_dict()). 0.5.6 has no cuda_graph_config and resolves its flat
+        `cuda_graph_max_bs` / `cuda_graph_bs` in place (server_args.py, __post_init__)."""
+        out = super().effective_flags(info, asked)
+        graphs = info.get("cuda_graph_config")
+        if not isinstance(graphs, Mapping):
+            return out
+        for flag in asked:
+            if flag in _GRAPH_FLAGS:
+                phases, key = _GRAPH_FLAGS[flag]
+                values = [(graphs.get(p) or {}).get(key) for p in phases]
+                if key == "backend" and flag.startswith("disable-"):
+                    out[flag] = all(v == "disabled" for v in values)
+                elif values[0] is not None:
+                    out[flag] = values[0]
+        return out
 
     def complete(self, client: httpx.Client, prompt: str, max_tokens: int) -> Completion:
         body = {"text": prompt, "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0.0},
