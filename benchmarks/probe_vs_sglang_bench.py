@@ -33,6 +33,18 @@ benchmark, calculate_metrics) and tuner/_probe.py. They agree:
 They differ in what only the table shows: bench_serving's input tokens are its own tokenizer's count of
 the prompts (the tiny Llama's BPE here, ~1.4 per word), the probe's the server's (`meta_info.prompt_tokens`).
 
+Where they differed, and why (8B profile, 5 rounds, 2026-12-04):
+
+- The probe's check wave drew its prompts from the same dataset as the timed level, so the server's prefix
+  cache held 32 of the 64 timed prompts of the first run: 1.43x bench_serving's output tok/s and 0.51x its
+  mean TTFT. Its prompts now start with a mark (tuner/_probe.py, CHECK_MARK) and share no cached prefix.
+- bench_serving opens a new connection (an aiohttp session) per request; the probe kept its connections
+  alive. Then it measured 1.02x the output tok/s (rounds 1.02-1.04) and 0.88x the mean TTFT (0.85-0.94):
+  when a wave of equal-length requests ends together, the server starts prefilling the first new request
+  to arrive; kept-alive requests arrived closer together, so more of them shared that first prefill (the
+  simulator's log showed first batches of 8 and 10 requests where bench_serving's had 1). Through the
+  SGLang engine the probe now connects per request too (`Engine.bench_reuses_connections`).
+
 A tokenizer that bench_serving can load offline is needed for its dataset code: the tiny Llama's
 (.cache/tiny-llama, `.venv-sglang/bin/python scripts/make_tiny_model.py .cache/tiny-llama`), which is
 also the simulator's --model-path, so that bench_serving finds it from /model_info as with a real server.
@@ -134,7 +146,8 @@ def write_dataset(folder: Path, w: Workload) -> tuple[Path, Path]:
     """The same prompts twice: a ShareGPT file for bench_serving (exactly `requests` conversations, each
     kept by its filter, so it sends all of them, shuffled by its seed) and a JSONL file for the probe
     (`probe.dataset`, which sends each row once, shuffled by its own seed). Prompts of equal length, so
-    that the two orders cost the server the same; a number first, so that no two share a cached prefix."""
+    that the two orders cost the server the same; a number first, so that two share at most its first digits
+    as a cached prefix."""
     rng = random.Random(w.seed)
     prompts = [f"{i}: " + " ".join(rng.choice(_WORDS) for _ in range(w.prompt_words - 1)) for i in range(w.requests)]
     sharegpt = folder / f"{w.profile}-{w.seed}.sharegpt.json"

@@ -306,11 +306,11 @@ class StreamResponse:
 
 
 class StreamClient:
-    """Keep-alive connections to one server; `stream(path, body)` POSTs `body` as JSON."""
+    """Keep-alive connections to one server (with `reuse=False`, a new one for every request, as SGLang's
+    bench_serving connects); `stream(path, body)` POSTs `body` as JSON."""
 
     def __init__(self, base_url: str, headers: Mapping[str, str], read_timeout: float,
                  connect_timeout: float = 10.0, reuse: bool = True) -> None:
-        """`reuse=False`: a new connection for every request (as SGLang's bench_serving connects)."""
         url = urlsplit(base_url)
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ValueError(f"base URL must be http://host[:port] or https://..., got {base_url!r}")

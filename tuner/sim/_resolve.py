@@ -223,7 +223,7 @@ def resolve(profile: Profile, raw: Mapping[str, Any]) -> Resolved:
         decode, prefill = v["cuda_graph_config"]["decode"], v["cuda_graph_config"]["prefill"]
         graph_on = decode["backend"] != "disabled"
         prefill_graph = prefill["backend"] != "disabled"
-        graph_bs = list(decode["bs"])
+        graph_bs = sorted(set(decode["bs"]))
     # What the decode runner captures: the list clamped to the request pool, whose size is
     # --max-running-requests where given (base_cuda_graph_runner.get_batch_sizes_to_capture in 0.5.23,
     # cuda_graph_runner.get_batch_sizes_to_capture in 0.5.6). /server_info does not show this clamp.

@@ -152,21 +152,17 @@ class Api:
                 "cuda_graph": knobs.cuda_graph,
             })
         info = dict(self.s.args)
-        if self.s.version != "0.5.6":
-            info["launch_command"] = " ".join(sys.argv[1:])
         info.update({"status": "ready", "max_total_num_tokens": mem.kv_tokens,
-                     "max_req_input_len": self.max_input_len()})
+                     "max_req_input_len": self.max_input_len(), "internal_states": states, "version": self.s.version})
         if self.s.version != "0.5.6":
             phases = self.s.setup.phases
-            info.update({"kv_events": None, "startup_time": {
-                "load_weight": phases.weight_load_s, "kv_cache_allocation": phases.kv_alloc_s,
-                "scheduler_e2e": round(phases.total_s - phases.server_start_s, 6),
-                "cuda_graph": {"prefill": 0.0, "decode": phases.capture_s if knobs.cuda_graph else 0.0,
-                               "target_verify": 0.0, "draft_prefill": 0.0, "draft_decode": 0.0,
-                               "draft_extend": 0.0}}})
-        info.update({"internal_states": states, "version": self.s.version})
-        if self.s.version != "0.5.6":
-            info["frontend"] = "python"
+            graphs = dict.fromkeys(("prefill", "decode", "target_verify", "draft_prefill", "draft_decode",
+                                    "draft_extend"), 0.0)
+            graphs["decode"] = phases.capture_s if knobs.cuda_graph else 0.0
+            info.update({"launch_command": " ".join(sys.argv[1:]), "kv_events": None, "frontend": "python",
+                         "startup_time": {"load_weight": phases.weight_load_s, "kv_cache_allocation": phases.kv_alloc_s,
+                                          "scheduler_e2e": round(phases.total_s - phases.server_start_s, 6),
+                                          "cuda_graph": graphs}})
         return json_response(info)
 
     async def models(self, http: HttpRequest) -> Response:
