@@ -330,7 +330,7 @@ async def _one(client: StreamClient, engine: Engine, item: WorkItem, want_logpro
                 now = time.perf_counter()  # one time for all events one read brought, as aiohttp's iter_any does
                 for payload in payloads:
                     if payload != b"[DONE]":
-                        tally.add(json.loads(payload.decode()), now)  # str: json skips guessing the encoding
+                        tally.add(tally.parser.decode(payload), now)
                 if tally.nan_seen:
                     break  # the trial fails on it: stop here (the half-read connection is closed, not reused)
     except StreamTimeout as exc:

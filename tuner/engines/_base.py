@@ -7,6 +7,7 @@ through an :class:`Engine`. Adding an engine means adding one module here.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -49,7 +50,12 @@ class StreamEvent:
 
 
 class StreamParser(Protocol):
+    def decode(self, payload: bytes) -> Any: ...  # one `data:` payload's JSON, as much as `feed` needs
     def feed(self, data: Mapping[str, Any]) -> StreamEvent: ...
+
+
+def decode_json(payload: bytes) -> Any:
+    return json.loads(payload.decode())  # str first: json then skips guessing the encoding
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -9,8 +10,8 @@ from typing import Any
 import httpx
 
 from .._failures import FailureKind
-from ._base import (Completion, Engine, StreamErrorEvent, StreamEvent, check_ids_line_up, finite_or_none, flag_argv, patterns,
-                    prompt_ids_from_server)
+from ._base import (Completion, Engine, StreamErrorEvent, StreamEvent, check_ids_line_up, decode_json, finite_or_none,
+                    flag_argv, patterns, prompt_ids_from_server)
 
 K = FailureKind
 
@@ -153,8 +154,29 @@ class SGLang(Engine):
         return out
 
 
+_META = b',"meta_info":'
+_DECODER = json.JSONDecoder()
+
+
 class _SGLangStream:
     """SGLang's stream events already carry the totals so far: nothing to remember between them."""
+
+    def decode(self, payload: bytes) -> Any:
+        """An event's JSON, without the text and ids of the events before the last.
+
+        Each event repeats the whole text and every output id so far (compact JSON, text first: orjson in
+        entrypoints/http_server.py), so parsing all of it grows with the square of the length. The probe
+        needs only meta_info until the last event (the token count, logprobs, the finish), and the text of
+        the last (the content check). Parsing every event whole cost the probe 1.6x bench_serving's CPU per
+        token at 256 tokens (benchmarks/probe_vs_sglang_bench.py, instant profile); bench_serving parses
+        with orjson. A `,"meta_info":` outside a string is the key itself: a quote inside one is escaped."""
+        at = payload.find(_META)
+        if at < 0 or not payload.startswith(b'{"text":'):  # an error event, or not the compact shape
+            return decode_json(payload)
+        meta, _ = _DECODER.raw_decode(payload[at + len(_META):].decode())
+        if not isinstance(meta, dict) or meta.get("finish_reason") is not None:
+            return decode_json(payload)
+        return {"text": "", "meta_info": meta}
 
     def feed(self, data: Mapping[str, Any]) -> StreamEvent:
         if "error" in data and "text" not in data:
