@@ -28,6 +28,9 @@ rounds, same machine and load (4 on 2 cores), 2026-12:
                           (again)     31,939 tok/s   1.19 x vLLM's client   17 us/token
     probe over /generate    before    13,604 tok/s   0.54 x                 56 us/token
                             after     20,327 tok/s   0.98 x                 33 us/token
+    2026-12-04, events read from meta_info only until the last (tuner/engines/_sglang.py):
+    probe on _stream_client           25,952 tok/s   1.08 x vLLM's client   15 us/token
+    probe over /generate              25,508 tok/s   1.10 x                 16 us/token
 
 vLLM's client (aiohttp) came in at 20-30 us/token. Neither core is ever fully ours, because other
 jobs share both, so client and server each got about 0.6 of a core. Their CPU per token, not the rate,
