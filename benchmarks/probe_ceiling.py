@@ -43,15 +43,14 @@ import argparse
 import os
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # this checkout's tuner, and the shared helpers
 from _vllm_client import (  # noqa: E402
-    TINY_MODEL, VllmBench, Workload, add_core_args, check_cores, cpu_seconds, median, print_table, ready_to_run,
-    wait_ready)
+    TINY_MODEL, VllmBench, Workload, add_core_args, check_cores, cpu_seconds, median, print_table, probe_level,
+    ready_to_run, wait_ready)
 from _sim import start_sim  # noqa: E402
 
 MODEL = "sim/model"  # the name the simulator serves
@@ -99,24 +98,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def probe_once(base_url: str, sim, workload: Workload, prompts: Path, engine_name: str, warmups: int) -> Run:
-    from tuner._probe import run_probe
     from tuner._spec import ProbeSpec
-    from tuner.engines import get_engine
 
     # No check wave: the client CPU counted below is then the timed level's (and the warm-up's) alone.
     spec = ProbeSpec(concurrency=(workload.concurrency,), requests=workload.requests, input_len=workload.input_len,
                      output_len=workload.output_len, warmup=warmups, dataset=str(prompts), request_timeout=60.0,
                      check_tokens=0)
-
-    def alive() -> None:
-        if sim.popen.poll() is not None:
-            raise RuntimeError(f"the simulator exited with {sim.popen.returncode}")
-
-    cpu0, server0 = time.process_time(), cpu_seconds([sim.popen.pid])
-    level = run_probe(base_url, {}, get_engine(engine_name), spec, alive, check_text=False).level(workload.concurrency)
+    server0 = cpu_seconds([sim.popen.pid])
+    level, cpu = probe_level(base_url, sim, engine_name, spec)
     endpoint = "/v1/completions" if engine_name == "vllm" else "/generate"
     return Run(workload.seed, f"probe ({engine_name} engine)", endpoint, level.output_throughput, level.duration,
-               level.total_output_tokens, time.process_time() - cpu0, cpu_seconds([sim.popen.pid]) - server0)
+               level.total_output_tokens, cpu, cpu_seconds([sim.popen.pid]) - server0)
 
 
 def bench_once(bench: VllmBench, base_url: str, sim, workload: Workload, warmups: int) -> Run:

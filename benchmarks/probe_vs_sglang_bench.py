@@ -6,7 +6,8 @@ one that takes no time to generate, so that what a client measures is the HTTP p
 `python -m tuner.sim` pinned to one core (the clients to the other) and runs, per round, rotating who
 goes first, on the very same prompts:
 
-- `bench_serving`: SGLang 0.5.23's client from .venv-sglang, as a subprocess: `--backend sglang`
+- `bench_serving`: SGLang 0.5.23's client from .venv-sglang, as a subprocess (its own cli_main, with its
+  client's CPU time measured around its `benchmark` call): `--backend sglang`
   (POST /generate, streamed), `--dataset-name sharegpt` from a local file in ShareGPT's format written
   here (nothing is downloaded), `--sharegpt-output-len`, EOS ignored, temperature 0, `--max-concurrency`;
   its figures from `--output-file`;
@@ -68,7 +69,8 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # this checkout's tuner, and the shared helpers
 from _sim import start_sim  # noqa: E402
-from _vllm_client import TINY_MODEL, add_core_args, check_cores, median, print_table, ready_to_run, wait_ready  # noqa: E402
+from _vllm_client import (  # noqa: E402
+    TINY_MODEL, add_core_args, check_cores, median, print_table, probe_level, ready_to_run, wait_ready)
 
 SGLANG_PYTHON = REPO / ".venv-sglang" / "bin" / "python"
 BENCH, PROBE, BENCH_AGAIN = "bench_serving", "probe", "bench_serving again"
@@ -225,26 +227,17 @@ def run_bench(base_url: str, w: Workload, dataset: Path, folder: Path, args: arg
 
 
 def run_probe_once(base_url: str, sim, w: Workload, dataset: Path, args: argparse.Namespace) -> Run:
-    from tuner._probe import run_probe
     from tuner._spec import ProbeSpec
-    from tuner.engines import get_engine
 
     # As a trial runs it, with its check wave, except where the client's CPU per token is the figure (the
     # instant profile): there the CPU counted is the warm-up's and the timed level's alone, as bench_serving's.
     spec = ProbeSpec(concurrency=(w.concurrency,), requests=w.requests, input_len=w.prompt_words,
                      output_len=w.output_len, warmup=args.warmups, dataset=str(dataset), seed=w.seed,
                      request_timeout=120.0, check_tokens=0 if w.profile == "instant" else 32)
-
-    def alive() -> None:
-        if sim.popen.poll() is not None:
-            raise RuntimeError(f"the simulator exited with {sim.popen.returncode}")
-
-    cpu0 = time.process_time()
-    level = run_probe(base_url, {}, get_engine("sglang"), spec, alive, check_text=False).level(w.concurrency)
+    level, cpu = probe_level(base_url, sim, "sglang", spec)
     lat = level.latency_ms
     return Run(w.profile, w.seed, PROBE, level.output_throughput, lat["mean_ttft_ms"], lat["p99_ttft_ms"],
-               lat["mean_itl_ms"], level.duration, level.total_input_tokens, level.total_output_tokens,
-               time.process_time() - cpu0)
+               lat["mean_itl_ms"], level.duration, level.total_input_tokens, level.total_output_tokens, cpu)
 
 
 def run_profile(profile: str, folder: Path, args: argparse.Namespace) -> list[Run]:
