@@ -164,8 +164,9 @@ class _SGLangStream:
     def decode(self, payload: bytes) -> Any:
         """An event's JSON, without the text and ids of the events before the last.
 
-        Each event repeats the whole text and every output id so far (compact JSON, text first: orjson in
-        entrypoints/http_server.py), so parsing all of it grows with the square of the length. The probe
+        Each event repeats the whole text and every output id so far (orjson, compact, keys in the order
+        text, output_ids, meta_info: entrypoints/http_server.py stream_results, utils/json_response.py), so
+        parsing all of it grows with the square of the length. The probe
         needs only meta_info until the last event (the token count, logprobs, the finish), and the text of
         the last (the content check). Parsing every event whole cost the probe 1.6x bench_serving's CPU per
         token at 256 tokens (benchmarks/probe_vs_sglang_bench.py, instant profile); bench_serving parses
