@@ -1,6 +1,6 @@
-"""What benchmarks/probe_vs_vllm_bench.py and benchmarks/probe_ceiling.py share: vLLM's own benchmark
-client (`vllm bench serve`) run from .venv-vllm, its random prompts written out for the probe, the
-wait for a server, CPU time read from /proc, and a plain table.
+"""What the probe benchmarks (benchmarks/probe_*.py) share: vLLM's own benchmark client (`vllm bench serve`)
+run from .venv-vllm, its random prompts written out for the probe, one probe level, the wait for a server,
+CPU time read from /proc, and a plain table.
 
 `vllm bench serve` is run as the code behind that command (vllm/entrypoints/cli/benchmark/serve.py:
 `add_cli_args` then `main`), because the `vllm` console script of the CPU build fails at start-up
@@ -19,7 +19,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,10 +96,11 @@ def check_cores(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
         parser.error(f"--server-core and --client-core must be two different cores of {sorted(cores)}")
 
 
-def ready_to_run(name: str) -> bool:
-    """False (saying why) when vLLM's environment or the tiny model is missing. Otherwise SIGTERM (e.g. a
-    test's timeout) is made to unwind through `finally`, which stops the servers a benchmark started."""
-    missing = vllm_available()
+def ready_to_run(name: str, missing_check: Callable[[], str | None] = vllm_available) -> bool:
+    """False (saying why) when `missing_check` names something missing (default: vLLM's environment or
+    the tiny model). Otherwise SIGTERM (e.g. a test's timeout) is made to unwind through `finally`, which
+    stops the servers a benchmark started."""
+    missing = missing_check()
     if missing:
         print(f"{name}: {missing}", file=sys.stderr)
         return False
@@ -214,6 +215,22 @@ class VllmBench:
             raise RuntimeError(f"vLLM's benchmark client gave no answer (exit {self.proc.poll()}):\n"
                                f"{_tail(self.log_path)}")
         return line
+
+
+def probe_level(base_url: str, server: Any, engine_name: str, spec: Any) -> tuple[Any, float]:
+    """The tuner's probe (`tuner._probe.run_probe`, as a trial runs it) through one engine, for a spec of one
+    concurrency level: that level's figures, and this process's CPU seconds over the whole call. `server`
+    (a launched process, or None for one started elsewhere) ends the probe if it exits."""
+    from tuner._probe import run_probe
+    from tuner.engines import get_engine
+
+    def alive() -> None:
+        if server is not None and server.popen.poll() is not None:
+            raise RuntimeError(f"the server exited with {server.popen.returncode}")
+
+    cpu0 = time.process_time()
+    level = run_probe(base_url, {}, get_engine(engine_name), spec, alive, check_text=False).level(None)
+    return level, time.process_time() - cpu0
 
 
 def cpu_seconds(pids: Sequence[int]) -> float:

@@ -28,6 +28,9 @@ rounds, same machine and load (4 on 2 cores), 2026-12:
                           (again)     31,939 tok/s   1.19 x vLLM's client   17 us/token
     probe over /generate    before    13,604 tok/s   0.54 x                 56 us/token
                             after     20,327 tok/s   0.98 x                 33 us/token
+    2026-12-04, events read from meta_info only until the last (tuner/engines/_sglang.py):
+    probe on _stream_client           25,952 tok/s   1.08 x vLLM's client   15 us/token
+    probe over /generate              25,508 tok/s   1.10 x                 16 us/token
 
 vLLM's client (aiohttp) came in at 20-30 us/token. Neither core is ever fully ours, because other
 jobs share both, so client and server each got about 0.6 of a core. Their CPU per token, not the rate,
@@ -40,16 +43,15 @@ import argparse
 import os
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # this checkout's tuner, and the shared helpers
 from _vllm_client import (  # noqa: E402
-    TINY_MODEL, VllmBench, Workload, add_core_args, check_cores, cpu_seconds, median, print_table, ready_to_run,
-    wait_ready)
-from tuner._procs import free_port  # noqa: E402
+    TINY_MODEL, VllmBench, Workload, add_core_args, check_cores, cpu_seconds, median, print_table, probe_level,
+    ready_to_run, wait_ready)
+from _sim import start_sim  # noqa: E402
 
 MODEL = "sim/model"  # the name the simulator serves
 PROBE, BENCH = "probe (vllm engine)", "vllm bench serve"
@@ -95,37 +97,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def start_sim(workdir: Path, core: int):
-    from tuner._launch import LaunchRequest, launch
-
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNER_SIM_")}
-    env.update(PYTHONPATH=str(REPO), TUNER_SIM_PROFILE="instant", TUNER_SIM_SEED="0")
-    # taskset in the argv, not sched_setaffinity afterwards: every thread the server starts is pinned.
-    argv = ["taskset", "-c", str(core), sys.executable, "-m", "tuner.sim", "--model-path", MODEL,
-            "--port", str(port)]
-    return launch(LaunchRequest(argv=argv, env=env, workdir=workdir, host="127.0.0.1", port=port))
-
-
 def probe_once(base_url: str, sim, workload: Workload, prompts: Path, engine_name: str, warmups: int) -> Run:
-    from tuner._probe import run_probe
     from tuner._spec import ProbeSpec
-    from tuner.engines import get_engine
 
     # No check wave: the client CPU counted below is then the timed level's (and the warm-up's) alone.
     spec = ProbeSpec(concurrency=(workload.concurrency,), requests=workload.requests, input_len=workload.input_len,
                      output_len=workload.output_len, warmup=warmups, dataset=str(prompts), request_timeout=60.0,
                      check_tokens=0)
-
-    def alive() -> None:
-        if sim.popen.poll() is not None:
-            raise RuntimeError(f"the simulator exited with {sim.popen.returncode}")
-
-    cpu0, server0 = time.process_time(), cpu_seconds([sim.popen.pid])
-    level = run_probe(base_url, {}, get_engine(engine_name), spec, alive, check_text=False).level(workload.concurrency)
+    server0 = cpu_seconds([sim.popen.pid])
+    level, cpu = probe_level(base_url, sim, engine_name, spec)
     endpoint = "/v1/completions" if engine_name == "vllm" else "/generate"
     return Run(workload.seed, f"probe ({engine_name} engine)", endpoint, level.output_throughput, level.duration,
-               level.total_output_tokens, time.process_time() - cpu0, cpu_seconds([sim.popen.pid]) - server0)
+               level.total_output_tokens, cpu, cpu_seconds([sim.popen.pid]) - server0)
 
 
 def bench_once(bench: VllmBench, base_url: str, sim, workload: Workload, warmups: int) -> Run:
@@ -182,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
                  for seed in range(args.rounds)]
     with tempfile.TemporaryDirectory(prefix="probe_ceiling-") as tmp:
         folder = Path(tmp)
-        sim = start_sim(folder / "sim", args.server_core)
+        sim = start_sim(folder / "sim", args.server_core, "instant", MODEL)
         try:
             os.sched_setaffinity(0, {args.client_core})  # this process (the probe) and what it starts
             base_url = f"http://127.0.0.1:{sim.port}"

@@ -73,8 +73,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # this checkout's tuner, and the shared helpers
 from _vllm_client import (  # noqa: E402
-    TINY_MODEL, VLLM_PYTHON, VllmBench, Workload, add_core_args, check_cores, median, print_table, ready_to_run,
-    wait_ready)
+    TINY_MODEL, VLLM_PYTHON, VllmBench, Workload, add_core_args, check_cores, median, print_table, probe_level,
+    ready_to_run, wait_ready)
 from tuner._procs import free_port  # noqa: E402
 
 SPACE = REPO / "search_spaces" / "vllm-cpu-tiny.yaml"
@@ -151,26 +151,16 @@ def start_server(workdir: Path, compile_: bool, core: int):
 
 
 def run_probe_once(base_url: str, server, workload: Workload, prompts: Path, args: argparse.Namespace) -> Run:
-    from tuner._probe import run_probe
     from tuner._spec import ProbeSpec
-    from tuner.engines import get_engine
 
     spec = ProbeSpec(concurrency=(workload.concurrency,), requests=workload.requests,
                      input_len=workload.input_len, output_len=workload.output_len, warmup=args.warmups,
                      dataset=str(prompts), request_timeout=120.0)
-    engine = get_engine("vllm")
-
-    def alive() -> None:
-        if server is not None and server.popen.poll() is not None:
-            raise RuntimeError(f"the vLLM server exited with {server.popen.returncode}")
-
-    cpu0 = time.process_time()
-    level = run_probe(base_url, {}, engine, spec, alive, check_text=False).level(workload.concurrency)
-    share = (time.process_time() - cpu0) / level.duration
+    level, cpu = probe_level(base_url, server, "vllm", spec)
     return Run(workload.seed, PROBE, level.output_throughput,
                level.latency_ms["p99_ttft_ms"],
                level.latency_ms["median_ttft_ms"], level.duration, level.total_input_tokens,
-               level.total_output_tokens, share)
+               level.total_output_tokens, cpu / level.duration)
 
 
 def run_bench_once(bench: VllmBench, base_url: str, workload: Workload, args: argparse.Namespace,

@@ -115,6 +115,17 @@ def test_keep_alive_reuses_one_connection_and_sends_headers_and_json():
     assert "Authorization: Bearer k\r\n" in server.heads[0] and server.heads[0].startswith("POST /v1/completions ")
 
 
+def test_without_reuse_every_request_has_its_own_connection():
+    # As SGLang's bench_serving connects (one aiohttp session per request): the probe's SGLang engine asks this.
+    async def scenario(url: str) -> None:
+        async with StreamClient(url, {}, read_timeout=5, reuse=False) as client:
+            for i in range(3):
+                assert await collect(client, {"i": i}) == (200, [b'{"n": 1}', b"[DONE]"])
+
+    server = serve([sse_reply('{"n": 1}', "[DONE]")] * 3, scenario)
+    assert server.connections == 3 and [b["i"] for b in server.bodies] == [0, 1, 2]
+
+
 def test_a_pooled_connection_the_server_closed_is_retried_on_a_new_one():
     async def scenario(url: str) -> None:
         async with StreamClient(url, {}, read_timeout=5) as client:

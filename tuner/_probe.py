@@ -127,6 +127,9 @@ def _jitter(rng: random.Random, mean: int, ratio: float) -> int:
     return max(1, int(rng.uniform(mean * (1 - ratio), mean * (1 + ratio))))
 
 
+# In front of every prompt of the check wave, so that it shares no prefix with a timed prompt.
+CHECK_MARK = "[check] "
+
 Progress = Callable[[int, float], bool]  # (step, throughput so far) -> stop?
 
 # The pruner hears a level's throughput so far at each of these shares of its output tokens (in
@@ -156,7 +159,8 @@ async def _probe(base_url: str, headers: Mapping[str, str], engine: Engine, spec
     deadline = time.perf_counter() + spec.time_budget
     # Not httpx: its per-chunk cost capped what one core could measure (see tuner/_stream_client.py).
     # The semaphore of each level bounds the connections; the timeout is per read, as httpx's was.
-    async with StreamClient(base_url, headers, read_timeout=spec.request_timeout, connect_timeout=10.0) as client:
+    async with StreamClient(base_url, headers, read_timeout=spec.request_timeout, connect_timeout=10.0,
+                            reuse=engine.bench_reuses_connections) as client:
         watch = asyncio.create_task(_watch(alive))
         try:
             if spec.warmup:
@@ -212,9 +216,14 @@ async def _check_wave(client: StreamClient, engine: Engine, spec: ProbeSpec, che
     logprobs makes the whole batch compute them, in vLLM as in SGLang: with one request in eight asking,
     vLLM's CPU build decoded up to 12% slower (benchmarks/probe_vs_vllm_bench.py). The first such request
     also costs seconds once in vLLM (a kernel compiled), which belongs here, not in a timed p99 TTFT.
+
+    Its prompts start with CHECK_MARK. With a dataset they are drawn from the timed levels' prompts, and
+    the server's prefix cache then served part of the timed prefill: on the simulated 8B server, 32 of 64
+    timed prompts were cached, and the probe measured half bench_serving's mean TTFT and 1.43x its
+    output tok/s (benchmarks/probe_vs_sglang_bench.py). A different first token shares no cached prefix.
     """
     concurrency = max(spec.concurrency)
-    work = [WorkItem(w.prompt, min(spec.check_tokens, w.output_len))
+    work = [WorkItem(CHECK_MARK + w.prompt, min(spec.check_tokens, w.output_len))
             for w in make_workload(spec, concurrency, salt=-2)]
     await _level(client, engine, spec, concurrency, work, None, 0, check_text, deadline, logprobs=True)
 
@@ -321,7 +330,7 @@ async def _one(client: StreamClient, engine: Engine, item: WorkItem, want_logpro
                 now = time.perf_counter()  # one time for all events one read brought, as aiohttp's iter_any does
                 for payload in payloads:
                     if payload != b"[DONE]":
-                        tally.add(json.loads(payload.decode()), now)  # str: json skips guessing the encoding
+                        tally.add(tally.parser.decode(payload), now)
                 if tally.nan_seen:
                     break  # the trial fails on it: stop here (the half-read connection is closed, not reused)
     except StreamTimeout as exc:

@@ -51,7 +51,9 @@ def wait_until_ready(server: ServerProcess, engine: Engine, watcher: LogWatcher,
     def attempt() -> None:
         alive()
         try:
-            response = client.get(engine.ready_path, timeout=2.0)
+            # 5 s: SGLang's /health runs a one-token generation and sleeps a second before it answers
+            # (entrypoints/http_server.py, health_generate); 2 s left too little on a loaded host.
+            response = client.get(engine.ready_path, timeout=5.0)
         except httpx.HTTPError as exc:
             raise _NotReady() from exc
         if response.status_code != 200:

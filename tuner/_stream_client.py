@@ -306,10 +306,11 @@ class StreamResponse:
 
 
 class StreamClient:
-    """Keep-alive connections to one server; `stream(path, body)` POSTs `body` as JSON."""
+    """Keep-alive connections to one server (with `reuse=False`, a new one for every request, as SGLang's
+    bench_serving connects); `stream(path, body)` POSTs `body` as JSON."""
 
     def __init__(self, base_url: str, headers: Mapping[str, str], read_timeout: float,
-                 connect_timeout: float = 10.0) -> None:
+                 connect_timeout: float = 10.0, reuse: bool = True) -> None:
         url = urlsplit(base_url)
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ValueError(f"base URL must be http://host[:port] or https://..., got {base_url!r}")
@@ -327,6 +328,7 @@ class StreamClient:
         self.read_timeout = read_timeout
         self.connect_timeout = connect_timeout
         self._idle: list[_Connection] = []
+        self.reuse = reuse
 
     def request_bytes(self, path: str, body: Any) -> bytes:
         # Encoded as httpx encodes `json=`: compact, UTF-8, NaN refused.
@@ -359,6 +361,9 @@ class StreamClient:
         return await self.connect(), False
 
     def release(self, conn: _Connection) -> None:
+        if not self.reuse:
+            conn.close()
+            return
         conn.disarm()
         self._idle.append(conn)
 

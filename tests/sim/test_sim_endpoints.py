@@ -59,6 +59,41 @@ def test_health_is_503_while_warming_up(start_sim, tmp_path):
     assert 503 in codes and "The server is fired up and ready to roll!" in sim.log()
 
 
+def _prefills(sim) -> int:
+    return sim.log().count("Prefill batch")
+
+
+def test_health_runs_a_one_token_generation_unless_turned_off(start_sim):
+    # SGLang's /health and /health_generate are one handler: a generation of one token (input id 0), unless
+    # SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=0 makes /health answer at once.
+    sim = start_sim()
+    for path in ("/health", "/health_generate"):
+        before = _prefills(sim)
+        assert httpx.get(sim.url + path, timeout=10).status_code == 200
+        assert _prefills(sim) == before + 1, path
+    quiet = start_sim(env={"SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "0"})
+    before = _prefills(quiet)
+    assert httpx.get(quiet.url + "/health", timeout=10).status_code == 200
+    assert _prefills(quiet) == before
+    assert httpx.get(quiet.url + "/health_generate", timeout=10).status_code == 200
+    assert _prefills(quiet) == before + 1
+
+
+def test_meta_info_fields_as_0523_sends_them(instant):
+    with instant.client() as c:
+        body = {"text": PARIS, "sampling_params": {"max_new_tokens": 4, "temperature": 0, "ignore_eos": True}}
+        events = _sse(c.post("/generate", json={**body, "stream": True}))
+        whole = c.post("/generate", json=body).json()["meta_info"]
+    metas = [e["meta_info"] for e in events]
+    assert len(metas) == 4
+    for meta in metas:
+        assert meta["num_retractions"] == 0 and meta["reasoning_tokens"] == 0 and "total_retractions" not in meta
+    # e2e_latency only once finished; the time the response went out only with the first one sent.
+    assert ["e2e_latency" in m for m in metas] == [False, False, False, True]
+    assert ["response_sent_to_client_ts" in m for m in metas] == [True, False, False, False]
+    assert "e2e_latency" in whole and "response_sent_to_client_ts" in whole and "total_retractions" not in whole
+
+
 def test_generate_shapes(instant):
     with instant.client() as c:
         out = c.post("/generate", json={"text": PARIS, "sampling_params": {"temperature": 0}}).json()

@@ -7,6 +7,7 @@ through an :class:`Engine`. Adding an engine means adding one module here.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -49,7 +50,12 @@ class StreamEvent:
 
 
 class StreamParser(Protocol):
+    def decode(self, payload: bytes) -> Any: ...  # one `data:` payload's JSON, as much as `feed` needs
     def feed(self, data: Mapping[str, Any]) -> StreamEvent: ...
+
+
+def decode_json(payload: bytes) -> Any:
+    return json.loads(payload.decode())  # str first: json then skips guessing the encoding
 
 
 @dataclass(frozen=True)
@@ -75,6 +81,9 @@ class Engine:
     gpu_flags: tuple[str, ...] = ()
     display_command: tuple[str, ...] = ()  # how a person launches it, for exported commands
     model_flag: str = "--model-path"
+    # Whether the engine's own benchmark client keeps connections alive between requests; the probe
+    # connects as it does, since a new connection's wait at a busy server's accept is part of its TTFT.
+    bench_reuses_connections: bool = True
     _any_fatal: re.Pattern[str] | None = field(default=None, init=False, repr=False)
 
     # -- launching ---------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -9,8 +10,8 @@ from typing import Any
 import httpx
 
 from .._failures import FailureKind
-from ._base import (Completion, Engine, StreamErrorEvent, StreamEvent, check_ids_line_up, finite_or_none, flag_argv, patterns,
-                    prompt_ids_from_server)
+from ._base import (Completion, Engine, StreamErrorEvent, StreamEvent, check_ids_line_up, decode_json, finite_or_none,
+                    flag_argv, patterns, prompt_ids_from_server)
 
 K = FailureKind
 
@@ -44,6 +45,15 @@ def _dp_attention(flags: Mapping[str, Any]) -> dict[str, Any]:
 # set it itself, and None drops one (dp-size, folded into attn-dp-size).
 _RESPELLED = {"disable-cuda-graph": _graphs_off, "enable-dp-attention": _dp_attention}
 
+# 0.5.23's flags whose resolved value /server_info reports in cuda_graph_config: flag -> (phases, key).
+_GRAPH_FLAGS = {
+    **{f"cuda-graph-{name}-{phase}": ((phase,), key) for phase in ("decode", "prefill")
+       for name, key in (("max-bs", "max_bs"), ("bs", "bs"), ("backend", "backend"))},
+    "disable-cuda-graph": (("decode", "prefill"), "backend"),
+    "disable-decode-cuda-graph": (("decode",), "backend"),
+    "disable-prefill-cuda-graph": (("prefill",), "backend"),
+}
+
 
 class SGLang(Engine):
     def __init__(self) -> None:
@@ -55,6 +65,12 @@ class SGLang(Engine):
             fatal_patterns=SGLANG_FATAL,
             gpu_flags=("tp-size", "tensor-parallel-size", "pp-size", "dp-size"),
             display_command=("python", "-m", "sglang.launch_server"),
+            # bench_serving opens an aiohttp session, so a TCP connection, per request
+            # (sglang/benchmark/serving.py, _create_bench_client_session in each async_request_*). With
+            # kept-alive connections the probe measured 0.88x its mean TTFT on the simulated 8B server:
+            # the first request of a wave arrived alone and was prefilled alone less often
+            # (benchmarks/probe_vs_sglang_bench.py).
+            bench_reuses_connections=False,
         )
 
     def gpus_needed(self, flags: Mapping[str, Any]) -> int:
@@ -78,6 +94,27 @@ class SGLang(Engine):
             response.raise_for_status()
             return response.json()
         return {}
+
+    def effective_flags(self, info: Mapping[str, Any], asked: Mapping[str, Any]) -> dict[str, Any]:
+        """Where the server reports them: from 0.5.23 on, the resolved CUDA-graph settings are only in
+        `cuda_graph_config` (decode and prefill phases); the flat per-phase flags keep what was asked, so
+        64 asked and 32 captured reads 64 there (sglang/srt/arg_groups/cuda_graph_hook.py and
+        memory_hook.py write the result into cuda_graph_config; utils/common.py build_server_info
+        serves ServerArgs.resolved_dict()). 0.5.6 has no cuda_graph_config and resolves its flat
+        `cuda_graph_max_bs` / `cuda_graph_bs` in place (server_args.py, __post_init__)."""
+        out = super().effective_flags(info, asked)
+        graphs = info.get("cuda_graph_config")
+        if not isinstance(graphs, Mapping):
+            return out
+        for flag in asked:
+            if flag in _GRAPH_FLAGS:
+                phases, key = _GRAPH_FLAGS[flag]
+                values = [(graphs.get(p) or {}).get(key) for p in phases]
+                if key == "backend" and flag.startswith("disable-"):
+                    out[flag] = all(v == "disabled" for v in values)
+                elif values[0] is not None:
+                    out[flag] = values[0]
+        return out
 
     def complete(self, client: httpx.Client, prompt: str, max_tokens: int) -> Completion:
         body = {"text": prompt, "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0.0},
@@ -151,8 +188,30 @@ class SGLang(Engine):
         return out
 
 
+_META = b',"meta_info":'
+_DECODER = json.JSONDecoder()
+
+
 class _SGLangStream:
     """SGLang's stream events already carry the totals so far: nothing to remember between them."""
+
+    def decode(self, payload: bytes) -> Any:
+        """An event's JSON, without the text and ids of the events before the last.
+
+        Each event repeats the whole text and every output id so far (orjson, compact, keys in the order
+        text, output_ids, meta_info: entrypoints/http_server.py stream_results, utils/json_response.py), so
+        parsing all of it grows with the square of the length. The probe
+        needs only meta_info until the last event (the token count, logprobs, the finish), and the text of
+        the last (the content check). Parsing every event whole cost the probe 1.6x bench_serving's CPU per
+        token at 256 tokens (benchmarks/probe_vs_sglang_bench.py, instant profile); bench_serving parses
+        with orjson. A `,"meta_info":` outside a string is the key itself: a quote inside one is escaped."""
+        at = payload.find(_META)
+        if at < 0 or not payload.startswith(b'{"text":'):  # an error event, or not the compact shape
+            return decode_json(payload)
+        meta, _ = _DECODER.raw_decode(payload[at + len(_META):].decode())
+        if not isinstance(meta, dict) or meta.get("finish_reason") is not None:
+            return decode_json(payload)
+        return {"text": "", "meta_info": meta}
 
     def feed(self, data: Mapping[str, Any]) -> StreamEvent:
         if "error" in data and "text" not in data:

@@ -30,8 +30,8 @@ from typing import Any
 import httpx
 
 from .._failures import FailureKind
-from ._base import (CheckSkipped, Completion, Engine, StreamErrorEvent, StreamEvent, finite_or_none, flag_argv, patterns,
-                    prompt_ids_from_server)
+from ._base import (CheckSkipped, Completion, Engine, StreamErrorEvent, StreamEvent, decode_json, finite_or_none,
+                    flag_argv, patterns, prompt_ids_from_server)
 
 K = FailureKind
 
@@ -244,6 +244,8 @@ class VLLMStream:
         self.tokens = 0
         self.prompt_tokens: int | None = None
         self.finished = False
+
+    decode = staticmethod(decode_json)
 
     def feed(self, data: Mapping[str, Any]) -> StreamEvent:
         """`logprobs` of the event are those this chunk added; `text` and `completion_tokens` are totals."""

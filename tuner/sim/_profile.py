@@ -79,6 +79,11 @@ class ModelSpec:
     decode_activation_mb_per_req: float = 1.0
     eos_token_id: int = 1
     token0_text: str = "!"  # what id 0 decodes to (NaN logits argmax to it)
+    model_type: str = ""  # the HF config's model_type (/model_info); "" = from the architecture's name
+
+    @property
+    def hf_model_type(self) -> str:
+        return self.model_type or self.architecture.split("For")[0].lower()
 
 
 @dataclass(frozen=True)

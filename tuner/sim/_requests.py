@@ -43,7 +43,7 @@ class GenRequest(Req):
                  "return_logprob", "logprob_start_len", "top_logprobs_num", "out_ids", "out_logprobs", "out_top",
                  "pieces", "finish", "in_logprobs", "in_top", "notify", "stream_interval", "rng", "created_wall",
                  "finished_wall", "first_wall", "ids_json", "text_json", "lp_json", "with_text", "in_json",
-                 "streamed")
+                 "streamed", "sent_ts")
 
     def __init__(self, rid: str, tok: Tokenizer, prompt_ids: list[int], sampling: Sampling, numerics: Numerics,
                  plan: list[int] | None, *, return_logprob: bool = False, logprob_start_len: int = -1,
@@ -78,6 +78,7 @@ class GenRequest(Req):
         self.lp_json = bytearray()
         self.with_text = False
         self.streamed = False
+        self.sent_ts: float | None = None  # wall time of the first response sent (SGLang reports it once)
         self.in_json: bytes | None = None
 
     # -- the scheduler's hooks --------------------------------------------------------------------------------

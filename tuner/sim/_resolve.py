@@ -98,6 +98,63 @@ def capture_batch_sizes(max_bs: int, no_padding: bool, append_max: bool) -> list
     return sizes
 
 
+PHASE_DEFAULTS = {"tc_compiler": "eager", "max_context_size": None, "full_prefill_max_req": None,
+                  "full_prefill_prefix_chunk_tokens": None, "max_seq_len": None}
+
+
+def graph_config_0523(v: Mapping[str, Any], profile: Profile, default_max_bs: int,
+                      no_padding: bool) -> dict[str, dict[str, Any]]:
+    """0.5.23's resolved `cuda_graph_config`, as /server_info shows it (every PhaseConfig field).
+
+    Resolution writes its result here, never into the flat flags: `cuda_graph_max_bs_decode` and the other
+    per-phase flags keep what was asked (64 asked with --cuda-graph-bs-decode up to 32 reads max_bs 32 here
+    and 64 there). Precedence, lowest first: --disable-cuda-graph, the per-phase off switches, the per-phase
+    flags, then --cuda-graph-config's JSON (sglang/srt/arg_groups/cuda_graph_hook.py,
+    parse_cuda_graph_config); then the sizes (arg_groups/memory_hook.py, _handle_gpu_memory_settings): the
+    decode max_bs by GPU memory when not asked, capped at --max-running-requests only then, the batch
+    sizes generated from it, or max_bs = max(bs) when the sizes were given; the prefill max_bs the chunk
+    size (8192 at most with MLA)."""
+    decode = {"backend": "full", "max_bs": None, "bs": None, **PHASE_DEFAULTS}
+    prefill = {"backend": profile.auto.get("cuda_graph_backend_prefill", "disabled"), "max_bs": None, "bs": None,
+               **PHASE_DEFAULTS}
+    if v.get("disable_cuda_graph"):
+        decode["backend"] = prefill["backend"] = "disabled"
+    if v.get("disable_prefill_cuda_graph"):
+        prefill["backend"] = "disabled"
+    if v.get("disable_decode_cuda_graph"):
+        decode["backend"] = "disabled"
+    for phase, cfg in (("decode", decode), ("prefill", prefill)):
+        for key, flag in (("backend", "cuda_graph_backend_"), ("max_bs", "cuda_graph_max_bs_"),
+                          ("bs", "cuda_graph_bs_")):
+            if v.get(flag + phase) is not None:
+                cfg[key] = v[flag + phase]
+    if v.get("cuda_graph_max_seq_len_prefill") is not None:
+        prefill["max_seq_len"] = v["cuda_graph_max_seq_len_prefill"]
+    if v.get("cuda_graph_prefill_max_context") is not None:
+        prefill["max_context_size"] = v["cuda_graph_prefill_max_context"]
+    explicit = v.get("cuda_graph_config")
+    if isinstance(explicit, Mapping):
+        for phase, cfg in (("decode", decode), ("prefill", prefill)):
+            cfg.update(explicit.get(phase) or {})
+
+    asked_max_bs = decode["max_bs"] is not None
+    if not asked_max_bs:
+        decode["max_bs"] = default_max_bs
+        if v.get("max_running_requests") is not None:
+            decode["max_bs"] = min(decode["max_bs"], int(v["max_running_requests"]))
+    if decode["bs"] is None:
+        decode["bs"] = capture_batch_sizes(int(decode["max_bs"]), no_padding, append_max=True)
+    else:
+        decode["bs"] = [int(b) for b in decode["bs"]]
+        decode["max_bs"] = max(decode["bs"])
+    if prefill["max_bs"] is None:
+        chunk = int(v["chunked_prefill_size"])
+        prefill["max_bs"] = min(8192, chunk) if profile.model.attention == "mla" else chunk
+        if v.get("max_total_tokens") is not None:
+            prefill["max_bs"] = min(prefill["max_bs"], int(v["max_total_tokens"]))
+    return {"decode": decode, "prefill": prefill}
+
+
 def _apply_overrides(profile: Profile, values: dict[str, Any], context: Mapping[str, Any]) -> tuple[list[str], str | None]:
     log: list[str] = []
     for rule in profile.overrides:
@@ -162,34 +219,18 @@ def resolve(profile: Profile, raw: Mapping[str, Any]) -> Resolved:
         graph_bs = list(v["cuda_graph_bs"])
         prefill_graph = False
     else:
-        decode_backend = "full"
-        prefill_backend = profile.auto.get("cuda_graph_backend_prefill", "disabled")
-        if v.get("disable_cuda_graph"):
-            decode_backend = prefill_backend = "disabled"
-        if v.get("disable_prefill_cuda_graph"):
-            prefill_backend = "disabled"
-        if v.get("disable_decode_cuda_graph"):
-            decode_backend = "disabled"
-        if v.get("cuda_graph_backend_decode"):
-            decode_backend = v["cuda_graph_backend_decode"]
-        if v.get("cuda_graph_backend_prefill"):
-            prefill_backend = v["cuda_graph_backend_prefill"]
-        max_bs = v.get("cuda_graph_max_bs_decode")
-        if v.get("cuda_graph_bs_decode"):
-            graph_bs = sorted(set(int(b) for b in v["cuda_graph_bs_decode"]))
-            max_bs = max(graph_bs)
-        else:
-            max_bs = int(max_bs) if max_bs is not None else default_max_bs
-            graph_bs = capture_batch_sizes(max_bs, no_padding, append_max=True)
-        v["cuda_graph_config"] = {
-            "decode": {"backend": decode_backend, "max_bs": max_bs, "bs": graph_bs},
-            "prefill": {"backend": prefill_backend,
-                        "max_bs": v.get("cuda_graph_max_bs_prefill"), "bs": v.get("cuda_graph_bs_prefill")},
-        }
-        graph_on = decode_backend != "disabled"
-        prefill_graph = prefill_backend != "disabled"
-        v["cuda_graph_max_bs_decode"] = max_bs
-        v["cuda_graph_bs_decode"] = graph_bs
+        v["cuda_graph_config"] = graph_config_0523(v, profile, default_max_bs, no_padding)
+        decode, prefill = v["cuda_graph_config"]["decode"], v["cuda_graph_config"]["prefill"]
+        graph_on = decode["backend"] != "disabled"
+        prefill_graph = prefill["backend"] != "disabled"
+        graph_bs = sorted(set(decode["bs"]))
+    # What the decode runner captures: the list clamped to the request pool, whose size is
+    # --max-running-requests where given (base_cuda_graph_runner.get_batch_sizes_to_capture in 0.5.23,
+    # cuda_graph_runner.get_batch_sizes_to_capture in 0.5.6). /server_info does not show this clamp.
+    captured_bs = graph_bs
+    if v.get("max_running_requests") is not None and graph_bs:
+        pool = int(v["max_running_requests"])
+        captured_bs = sorted({b for b in graph_bs if b <= pool} | ({pool} if max(graph_bs) > pool else set()))
 
     # -- mem_fraction_static: SGLang's reserve estimate (MiB) ------------------------------------------------
     if v.get("mem_fraction_static") is None:
@@ -255,8 +296,8 @@ def resolve(profile: Profile, raw: Mapping[str, Any]) -> Resolved:
     knobs = Knobs(
         tp=tp, dp=replicas, attn_dp=attn_dp, pp=pp, ep=ep, gpus=tp * pp * replicas,
         decode_backend=kernel("decode_attention_backend"), prefill_backend=kernel("prefill_attention_backend"),
-        kv_dtype=kv_dtype, cuda_graph=graph_on, cuda_graph_bs=tuple(graph_bs),
-        cuda_graph_max_bs=max(graph_bs) if graph_bs else 0, cuda_graph_padding=not no_padding,
+        kv_dtype=kv_dtype, cuda_graph=graph_on, cuda_graph_bs=tuple(captured_bs),
+        cuda_graph_max_bs=max(captured_bs) if captured_bs else 0, cuda_graph_padding=not no_padding,
         prefill_cuda_graph=prefill_graph,
         torch_compile=bool(v.get("enable_torch_compile")), torch_compile_max_bs=int(v.get("torch_compile_max_bs") or 32),
         mem_fraction=float(v["mem_fraction_static"]),

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import random
+import sys
 import time
 import uuid
+from pathlib import Path
 from typing import Any, AsyncIterator
 
 from . import _openai
@@ -76,25 +80,66 @@ class Api:
     # -- status endpoints -------------------------------------------------------------------------------------
 
     async def health(self, http: HttpRequest) -> Response:
+        """SGLang's /health and /health_generate, one handler (entrypoints/http_server.py, health_generate,
+        0.5.6 and 0.5.23): 503 while starting; /health answers at once only with
+        SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=0 (on by default). Otherwise a one-token generation (input
+        id 0) is queued like any request, and the handler sleeps a second (wall time: here scaled by the time
+        scale), then answers 200 once the server produced anything since, else sleeps again, up to
+        SGLANG_HEALTH_CHECK_TIMEOUT (20) seconds: then it logs the failure and answers 503."""
         if not self.s.ready:
             return Response(503, b"", "text/plain")
-        if http.path == "/health" or any(not g.scheduler.idle for g in self.s.groups):
+        if http.path == "/health" and os.environ.get("SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", "1").lower() \
+                in ("0", "false"):
             return Response(200, b"", "text/plain")
         item = Item([0], None, Sampling(max_new_tokens=1, temperature=0.0), False, -1, 0, False)
-        await self._run(item)
-        return Response(200, b"", "text/plain")
+        task = asyncio.ensure_future(self._run(item))
+        timeout = int(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20"))
+        try:
+            for _ in range(timeout):
+                if self.s.scale > 0:
+                    await asyncio.sleep(self.s.scale)
+                else:  # as fast as possible: no sleep, only the generation's own time
+                    await asyncio.wait({task}, timeout=1.0)
+                # SGLang's test: any output received since (tokenizer_manager.last_receive_tstamp). A busy
+                # scheduler streams some; an idle one has answered the health request by now.
+                if task.done() or any(not g.scheduler.idle for g in self.s.groups):
+                    return Response(200, b"", "text/plain")
+            self.s.log.main(f"Health check failed. Server couldn't get a response from detokenizer for last "
+                            f"{timeout} seconds.")
+            return Response(503, b"", "text/plain")
+        finally:
+            task.cancel()
 
     async def ready(self, http: HttpRequest) -> Response:
         return Response(200 if self.s.ready else 503, b"", "text/plain")
 
     async def model_info(self, http: HttpRequest) -> Response:
+        """SGLang's /model_info (entrypoints/http_server.py, model_info): 0.5.23 adds the served name, the
+        load format, the parsers and the HF config's model_type and architectures (from the model path's
+        config.json where there is one, as SGLang reads them, else from the profile)."""
         a = self.s.args
-        return json_response({"model_path": a.get("model_path"), "tokenizer_path": a.get("tokenizer_path"),
-                              "is_generation": True, "preferred_sampling_params": None,
-                              "weight_version": "default", "has_image_understanding": False,
-                              "has_audio_understanding": False})
+        if self.s.version == "0.5.6":
+            return json_response({"model_path": a.get("model_path"), "tokenizer_path": a.get("tokenizer_path"),
+                                  "is_generation": True, "preferred_sampling_params": None,
+                                  "weight_version": "default", "has_image_understanding": False,
+                                  "has_audio_understanding": False})
+        model = self.s.profile.model
+        hf = _hf_config(str(a.get("model_path") or ""))
+        return json_response({
+            "model_path": a.get("model_path"), "served_model_name": a.get("served_model_name"),
+            "tokenizer_path": a.get("tokenizer_path"), "is_generation": True,
+            "preferred_sampling_params": a.get("preferred_sampling_params"), "weight_version": "default",
+            "load_format": a.get("load_format"), "reasoning_parser": a.get("reasoning_parser"),
+            "tool_call_parser": a.get("tool_call_parser"), "disaggregation_mode": a.get("disaggregation_mode"),
+            "has_image_understanding": False, "has_audio_understanding": False,
+            "model_type": hf.get("model_type", model.hf_model_type),
+            "architectures": hf.get("architectures", [model.architecture])})
 
     async def server_info(self, http: HttpRequest) -> Response:
+        """SGLang's /server_info: every resolved ServerArgs field, the scheduler's handshake (status,
+        max_total_num_tokens, max_req_input_len), internal_states per DP rank and the version; 0.5.23 adds
+        `launch_command` (the command line as given), `startup_time` (seconds per start-up stage),
+        `kv_events` and `frontend` (utils/common.py build_server_info; entrypoints/http_server.py)."""
         mem, knobs = self.s.setup.memory, self.s.knobs
         states = []
         for g in self.s.groups:
@@ -107,8 +152,17 @@ class Api:
                 "cuda_graph": knobs.cuda_graph,
             })
         info = dict(self.s.args)
-        info.update({"max_total_num_tokens": mem.kv_tokens, "max_req_input_len": self.max_input_len(),
-                     "internal_states": states, "version": self.s.version})
+        info.update({"status": "ready", "max_total_num_tokens": mem.kv_tokens,
+                     "max_req_input_len": self.max_input_len(), "internal_states": states, "version": self.s.version})
+        if self.s.version != "0.5.6":
+            phases = self.s.setup.phases
+            graphs = dict.fromkeys(("prefill", "decode", "target_verify", "draft_prefill", "draft_decode",
+                                    "draft_extend"), 0.0)
+            graphs["decode"] = phases.capture_s if knobs.cuda_graph else 0.0
+            info.update({"launch_command": " ".join(sys.argv[1:]), "kv_events": None, "frontend": "python",
+                         "startup_time": {"load_weight": phases.weight_load_s, "kv_cache_allocation": phases.kv_alloc_s,
+                                          "scheduler_e2e": round(phases.total_s - phases.server_start_s, 6),
+                                          "cuda_graph": graphs}})
         return json_response(info)
 
     async def models(self, http: HttpRequest) -> Response:
@@ -304,8 +358,7 @@ class Api:
                 for entry in tops]
 
     def _generate_obj(self, req: GenRequest, item: Item, index: int | None = None) -> dict[str, Any]:
-        meta: dict[str, Any] = {"id": req.rid, "finish_reason": req.finish, "prompt_tokens": req.prompt_len,
-                                "weight_version": "default", "total_retractions": 0}
+        meta = _meta_head(req)
         if item.return_logprob:
             start = len(req.prompt_ids) if item.logprob_start_len < 0 else min(item.logprob_start_len,
                                                                                len(req.prompt_ids))
@@ -316,10 +369,7 @@ class Api:
             if item.top_logprobs_num:
                 meta["input_top_logprobs"] = self._tops(req.in_top, with_text)
                 meta["output_top_logprobs"] = self._tops(req.out_top, with_text)
-        meta["completion_tokens"] = req.n_out
-        meta["cached_tokens"] = req.cached
-        end = req.finished_wall or time.monotonic()
-        meta["e2e_latency"] = round(end - req.created_wall, 6)
+        meta.update(_meta_tail(req))
         obj: dict[str, Any] = {"text": req.text, "output_ids": list(req.out_ids), "meta_info": meta}
         if index is not None:
             obj["index"] = index
@@ -330,10 +380,7 @@ class Api:
         stop = req.finish.get("matched") if req.finish else None
         if item.top_logprobs_num or (isinstance(stop, str) and stop != "NaN happened"):
             return dumps(self._generate_obj(req, item, index))
-        meta: dict[str, Any] = {"id": req.rid, "finish_reason": req.finish, "prompt_tokens": req.prompt_len,
-                                "weight_version": "default", "total_retractions": 0,
-                                "completion_tokens": req.n_out, "cached_tokens": req.cached,
-                                "e2e_latency": round((req.finished_wall or time.monotonic()) - req.created_wall, 6)}
+        meta = {**_meta_head(req), **_meta_tail(req)}
         parts = [b'{"text":"', bytes(req.text_json), b'","output_ids":[', bytes(req.ids_json[:-1]),
                  b'],"meta_info":', dumps(meta)[:-1]]
         if item.return_logprob:
@@ -565,6 +612,33 @@ class Api:
                     "usage": _openai.usage(done[0].prompt_len if done else 0, sum(r.n_out for r in done))}
             yield b"data: " + dumps(body) + b"\n\n"
         yield b"data: [DONE]\n\n"
+
+
+def _hf_config(model_path: str) -> dict[str, Any]:
+    """The model folder's config.json, where it has one (the simulator needs none)."""
+    try:
+        return json.loads((Path(model_path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _meta_head(req: GenRequest) -> dict[str, Any]:
+    """The first fields of /generate's meta_info, as SGLang 0.5.23's tokenizer manager builds them
+    (managers/tokenizer_manager.py, _handle_batch_output); the logprob fields, where asked, come next."""
+    return {"id": req.rid, "finish_reason": req.finish, "prompt_tokens": req.prompt_len,
+            "weight_version": "default", "num_retractions": 0}
+
+
+def _meta_tail(req: GenRequest) -> dict[str, Any]:
+    """The last fields: `e2e_latency` only once the request finished, and `response_sent_to_client_ts`
+    (wall-clock time) only in the first response sent for it: a stream's first event, else the answer."""
+    tail: dict[str, Any] = {"reasoning_tokens": 0, "completion_tokens": req.n_out, "cached_tokens": req.cached}
+    if req.done:
+        tail["e2e_latency"] = round((req.finished_wall or time.monotonic()) - req.created_wall, 6)
+    if req.sent_ts is None:
+        req.sent_ts = time.time()
+        tail["response_sent_to_client_ts"] = req.sent_ts
+    return tail
 
 
 def _delta(req: GenRequest, sent: int) -> str:
