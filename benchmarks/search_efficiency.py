@@ -85,6 +85,7 @@ sys.path.insert(0, str(REPO))
 
 import optuna  # noqa: E402
 
+import _landscapes  # noqa: E402
 import _smac_anchor  # noqa: E402
 from tuner._failures import FailureKind, FailureRecord  # noqa: E402
 from tuner._probe import LevelMetrics, ProbeResult  # noqa: E402
@@ -96,6 +97,8 @@ from tuner._worker import Worker  # noqa: E402
 from tuner.engines import get_engine  # noqa: E402
 from tuner.engines._base import flag_argv  # noqa: E402
 from tuner.sim._predict import Prediction, predict  # noqa: E402
+from tuner.sim._predict import _values as sim_values  # noqa: E402
+from tuner.sim._setup import make_setup  # noqa: E402
 from tuner.sim._profile import Profile, load_profile  # noqa: E402
 
 PROFILES_DIR = REPO / "tuner" / "sim" / "profiles"
@@ -107,6 +110,10 @@ LABELS = {"tpe": "tpe (tuner default)", "random": "random", "random-valid": "ran
 TARGET = 0.98  # "reached": the pick's true value is at least this share of the optimum
 EXHAUSTIVE_MAX = 20_000  # valid grid points up to which the optimum is found by evaluating every one
 OPTIMUM_METHOD = "v1"  # bump when the optimum search changes: old cache files are then ignored
+# Generated landscapes are many: their optimum search is cheaper (fewer exhaustive points, fewer starts).
+GENERATED_EXHAUSTIVE_MAX = 3_000
+GENERATED_STARTS = 4
+LANDSCAPE_SEEDS = {"train": 0, "test": 1000}  # first generator seed of each set
 WARMUP_TRIALS = 10  # the crash/NaN share is counted after this many trials
 
 # What predict() says went wrong, as the failure kind the tuner's stages would record.
@@ -139,8 +146,8 @@ class Problem:
     def __init__(self, name: str, intermittent: float = 0.0) -> None:
         self.name = name
         self.intermittent = intermittent
-        self.profile_path = PROFILES_DIR / f"{name}.yaml"
-        self.space_path = SPACES_DIR / f"{name}.yaml"
+        self.profile_path, self.space_path = landscape_paths(name)
+        self.generated = is_generated(name)
         self.profile: Profile = load_profile(self.profile_path)
         self.spec: Spec = load_spec(self.space_path)
         probe, objective = self.spec.probe, self.spec.objective
@@ -218,14 +225,32 @@ class Problem:
         return value / optimum if self.maximize else optimum / value
 
 
+def is_generated(name: str) -> bool:
+    return name.startswith("gen-")
+
+
+def landscape_paths(name: str) -> tuple[Path, Path]:
+    """(profile, space) of a shipped profile, or of a generated landscape `gen-SEED` (written on first use)."""
+    if is_generated(name):
+        return _landscapes.write_landscape(int(name.removeprefix("gen-")))
+    return PROFILES_DIR / f"{name}.yaml", SPACES_DIR / f"{name}.yaml"
+
+
+def generated_names(which: str, count: int) -> list[str]:
+    """The generated landscapes of a set: `train` (generator seeds 0..), `test` (1000..), `all` (both)."""
+    sets = list(LANDSCAPE_SEEDS) if which == "all" else [which] if which in LANDSCAPE_SEEDS else []
+    return [_landscapes.landscape_name(LANDSCAPE_SEEDS[s] + i) for s in sets for i in range(count)]
+
+
 def skip_reason(name: str) -> str | None:
     """Why a profile cannot be benchmarked, or None."""
-    if not (SPACES_DIR / f"{name}.yaml").exists():
+    profile_path, space_path = landscape_paths(name)
+    if not space_path.exists():
         return f"no shipped space (search_spaces/{name}.yaml does not exist)"
-    profile = load_profile(PROFILES_DIR / f"{name}.yaml")
+    profile = load_profile(profile_path)
     if profile.time_scale == 0 or not profile.hardware.hbm_bandwidth_gbs:
         return "every configuration is infinitely fast (no step time): there is no optimum to find"
-    spec = load_spec(SPACES_DIR / f"{name}.yaml")
+    spec = load_spec(space_path)
     if spec.objective.second_metric:
         return "a two-objective space: 'the optimum' is a Pareto front, not one value"
     if spec.engine != "sglang":
@@ -512,10 +537,11 @@ def local_search(problem: Problem, start: dict[str, Any]) -> tuple[float | None,
 
 def search_optimum(problem: Problem, starts: int, exhaustive: bool) -> Optimum:
     space = problem.space
-    points = space.grid_points(limit=EXHAUSTIVE_MAX * 4) if exhaustive else None
+    most = GENERATED_EXHAUSTIVE_MAX if problem.generated else EXHAUSTIVE_MAX
+    points = space.grid_points(limit=most * 4) if exhaustive else None
     valid = [p for p in points if not space.violations(p)] if points is not None else None
     best_value, best_point = None, {}
-    if valid is not None and len(valid) <= EXHAUSTIVE_MAX:
+    if valid is not None and len(valid) <= most:
         for p in valid:
             v = problem.point_value(p)
             if problem.better(v, best_value):
@@ -553,6 +579,8 @@ def true_optimum(problem: Problem, starts: int, quick: bool, use_cache: bool) ->
     if use_cache and path.exists():
         data = json.loads(path.read_text())
         return Optimum(data["value"], data["point"], data["method"] + " (cached)", data["evaluated"])
+    if problem.generated:
+        starts = min(starts, GENERATED_STARTS)
     optimum = search_optimum(problem, starts=2 if quick else starts, exhaustive=not quick)
     if not quick and use_cache:
         CACHE_DIR.mkdir(parents=True, exist_ok=True)
@@ -638,6 +666,10 @@ def print_table(problem: Problem, optimum: Optimum, stats: dict[str, dict[str, A
     flaky = f", {problem.intermittent:.0%} of configurations intermittent" if problem.intermittent else ""
     print(f"\n== {problem.name}{flaky}: {sampled} parameters, {problem.metric} "
           f"({'max' if problem.maximize else 'min'}imised), {seeds} seeds x {trials} trials")
+    if problem.generated:
+        probe = problem.spec.probe
+        print(f"   {problem.profile.description}; probe {problem.concurrency} concurrent, "
+              f"{probe.input_len} in / {probe.output_len} out")
     print(f"   optimum {optimum.value:.1f} ({optimum.method}); 98% = {optimum.value * TARGET:.1f}; "
           f"baseline {problem.share(base, optimum.value):.1%} of it")
     print("   optimum at: " + ", ".join(f"{k}={v}" for k, v in optimum.point.items()))
@@ -664,30 +696,105 @@ def print_table(problem: Problem, optimum: Optimum, stats: dict[str, dict[str, A
 ANCHORS = ("random-valid", "gp", "smac", "grid")  # the established strategies the tuner must beat
 
 
+WITHIN = 40  # restarts within which a seed should reach 98% ...
+WITHIN_SEEDS = 0.8  # ... in this share of the seeds, on ...
+WITHIN_LANDSCAPES = 0.8  # ... this share of the landscapes
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """The tuner's figures on one landscape against the targets."""
+    ratio_random: float  # tpe's median restarts to 98% / random's (nan without random)
+    ratio_best: float  # / the best anchor's (nan without anchors)
+    best_anchor: str | None
+    within: float  # share of tpe's seeds that reached 98% within WITHIN restarts
+    crash_share: float
+    misses: tuple[str, ...]
+
+
+def verdict(stats: dict[str, dict[str, Any]], trials: int) -> Verdict | None:
+    tpe, rnd = stats.get("tpe"), stats.get("random")
+    if tpe is None:
+        return None
+    mine = _median(tpe["restarts_to"])
+    r_rand = mine / _median(rnd["restarts_to"]) if rnd else float("nan")
+    anchors = {a: _median(stats[a]["restarts_to"]) for a in ANCHORS if a in stats}
+    best = min(anchors, key=anchors.get) if anchors else None
+    r_best = mine / anchors[best] if best else float("nan")
+    within = sum(1 for r in tpe["restarts_to"] if r <= min(WITHIN, trials)) / len(tpe["restarts_to"])
+    misses = []
+    if rnd and not r_rand <= 1 / 3 + 1e-9:
+        misses.append("vs random")
+    if best and not mine < anchors[best]:
+        misses.append("vs best anchor")
+    if within < WITHIN_SEEDS - 1e-9:
+        misses.append(f"within {WITHIN}")
+    if tpe["crash_share"] > 0.10:
+        misses.append("crash/NaN")
+    return Verdict(r_rand, r_best, best, within, tpe["crash_share"], tuple(misses))
+
+
 def print_summary(all_stats: dict[str, dict[str, dict[str, Any]]], trials: int) -> None:
     print("\n== Summary: the tuner (tpe) against the targets (median restarts to 98% <= 1/3 of random's and below"
-          " the best anchor's (random valid only, gp, smac, grid); crash/NaN per restart after trial 10 <= 10%)")
-    print(f"   {'profile':<22} {'tpe/random':>11} {'tpe/best anchor':>24} {'tpe crash/NaN':>14}  verdict")
+          " the best anchor's (random valid only, gp, smac, grid); 98% within "
+          f"{WITHIN} restarts in >= {WITHIN_SEEDS:.0%} of the seeds; crash/NaN per restart after trial 10 <= 10%)")
+    print(f"   {'landscape':<22} {'tpe/random':>11} {'tpe/best anchor':>24} {'within ' + str(WITHIN):>10} "
+          f"{'tpe crash/NaN':>14}  verdict")
     for name, stats in all_stats.items():
-        tpe, rnd = stats.get("tpe"), stats.get("random")
-        if tpe is None:
+        v = verdict(stats, trials)
+        if v is None:
             continue
+        tpe, rnd = stats["tpe"], stats.get("random")
         mine = _median(tpe["restarts_to"])
         r_rand = _ratio(mine, _median(rnd["restarts_to"]), trials) if rnd else "-"
-        anchors = {a: _median(stats[a]["restarts_to"]) for a in ANCHORS if a in stats}
-        best = min(anchors, key=anchors.get) if anchors else None
-        r_best = f"{_ratio(mine, anchors[best], trials)} ({best})" if best else "-"
-        misses = []
-        if rnd and not mine / _median(rnd["restarts_to"]) <= 1 / 3 + 1e-9:
-            misses.append("vs random")
-        if best and not mine < anchors[best]:
-            misses.append("vs best anchor")
-        if tpe["crash_share"] > 0.10:
-            misses.append("crash/NaN")
-        verdict = "met" if not misses else "missed: " + ", ".join(misses)
-        print(f"   {name:<22} {r_rand:>11} {r_best:>24} {tpe['crash_share']:>14.0%}  {verdict}")
+        r_best = (f"{_ratio(mine, _median(stats[v.best_anchor]['restarts_to']), trials)} ({v.best_anchor})"
+                  if v.best_anchor else "-")
+        text = "met" if not v.misses else "missed: " + ", ".join(v.misses)
+        print(f"   {name:<22} {r_rand:>11} {r_best:>24} {v.within:>10.0%} {v.crash_share:>14.0%}  {text}")
     print("   (ratios of median restarts to 98%; '>=' / '<=' where a median is censored at "
           f"{trials + 1} = not reached in {trials} trials)")
+
+
+def landscape_set(name: str) -> str:
+    if not is_generated(name):
+        return "shipped"
+    return "test" if int(name.removeprefix("gen-")) >= LANDSCAPE_SEEDS["test"] else "train"
+
+
+def print_overall(all_stats: dict[str, dict[str, dict[str, Any]]], trials: int) -> None:
+    """Per set of landscapes (shipped, train, test): the median ratios and the share meeting each target."""
+    groups: dict[str, list[Verdict]] = {}
+    for name, stats in all_stats.items():
+        v = verdict(stats, trials)
+        if v is not None:
+            groups.setdefault(landscape_set(name), []).append(v)
+    if not groups:
+        return
+    print("\n== Overall, per set of landscapes (median over landscapes of the per-landscape ratios; share of the "
+          "landscapes that meet each target)")
+    print(f"   {'set':<8} {'n':>3} {'tpe/random':>11} {'tpe/best':>9} {'<=1/3 random':>13} {'< best anchor':>14} "
+          f"{'within ' + str(WITHIN):>10} {'crash<=10%':>11} {'all met':>8}  suite target (>= {WITHIN_LANDSCAPES:.0%} "
+          f"within {WITHIN}; median ratios <= 0.33 and < 1)")
+    for group in ("shipped", "train", "test"):
+        vs = groups.get(group)
+        if not vs:
+            continue
+        def share(pred: Any) -> str:
+            return f"{sum(1 for v in vs if pred(v)) / len(vs):.0%}"
+        med_r = _median([v.ratio_random for v in vs if v.ratio_random == v.ratio_random])
+        med_b = _median([v.ratio_best for v in vs if v.ratio_best == v.ratio_best])
+        within_ok = sum(1 for v in vs if v.within >= WITHIN_SEEDS - 1e-9) / len(vs)
+        suite = []
+        if not within_ok >= WITHIN_LANDSCAPES - 1e-9:
+            suite.append(f"within {WITHIN}")
+        if med_r == med_r and not med_r <= 1 / 3 + 1e-9:
+            suite.append("vs random")
+        if med_b == med_b and not med_b < 1:
+            suite.append("vs best anchor")
+        print(f"   {group:<8} {len(vs):>3} {med_r:>11.2f} {med_b:>9.2f} "
+              f"{share(lambda v: 'vs random' not in v.misses):>13} {share(lambda v: 'vs best anchor' not in v.misses):>14} "
+              f"{within_ok:>10.0%} {share(lambda v: 'crash/NaN' not in v.misses):>11} {share(lambda v: not v.misses):>8}  "
+              + ("met" if not suite else "missed: " + ", ".join(suite)))
 
 
 # -- main ----------------------------------------------------------------------------------------------------
@@ -719,16 +826,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="processes (default 2)")
     parser.add_argument("--no-cache", action="store_true", help="search the optimum again, do not read or write "
                         ".cache/search_efficiency/")
+    parser.add_argument("--landscapes", choices=("shipped", "train", "test", "all"), default=None,
+                        help="generated landscapes (benchmarks/_landscapes.py): train = generator seeds 0.., test = "
+                             "1000.., all = shipped + train + test (default: the shipped profiles only)")
+    parser.add_argument("--landscape-count", type=int, default=30, metavar="N",
+                        help="generated landscapes per set (default 30)")
     parser.add_argument("--quick", action="store_true",
-                        help="CI smoke run: glm5-nvfp4-sm120 only, 2 seeds, 15 trials, a cheap optimum unless cached")
+                        help="CI smoke run: glm5-nvfp4-sm120 only (with --landscapes: 2 generated landscapes, 1 seed),"
+                             " 2 seeds, 15 trials, a cheap optimum unless cached")
     args = parser.parse_args(argv)
+    generated = generated_names(args.landscapes, args.landscape_count) if args.landscapes else []
+    if args.quick and generated:
+        generated, args.seeds = generated[:2], 1
     if args.quick:
-        args.profiles = args.profiles or ["glm5-nvfp4-sm120"]
         args.seeds, args.trials = min(args.seeds, 2), min(args.trials, 15)
-    names = args.profiles or profiles
+        if not generated:
+            args.profiles = args.profiles or ["glm5-nvfp4-sm120"]
+    shipped = args.profiles or (profiles if args.landscapes in (None, "shipped", "all") else [])
+    names = shipped + generated
     strategies, skipped = available_strategies(args.strategies)
     t0 = time.monotonic()
-    print(f"search efficiency: {len(names)} profile(s), strategies {', '.join(args.strategies)}, "
+    print(f"search efficiency: {len(names)} landscape(s), strategies {', '.join(args.strategies)}, "
           f"{args.seeds} seeds x {args.trials} trials")
     print("counting: a restart is a trial that launches a server (invalid_config and reused duplicates cost none);"
           f" not reaching {TARGET:.0%} counts as {args.trials + 1}, shown '>{args.trials}'")
@@ -766,6 +884,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         all_stats[name] = summarise(problem, results[name], optimum.value, args.trials)
         print_table(problem, optimum, all_stats[name], skipped, args.trials, args.seeds)
     print_summary(all_stats, args.trials)
+    print_overall(all_stats, args.trials)
     per = ", ".join(f"{s} {v:.0f} s" for s, v in seconds.items())
     print(f"\n(done in {time.monotonic() - t0:.0f} s; strategy time summed over processes: {per})")
     return 0
