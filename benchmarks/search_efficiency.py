@@ -56,16 +56,35 @@ number's low, middle and high. SGLang picks the factorial's flags by their order
 flags whose tier-1 change helped most, over each one's two best values with every other flag at its best
 value, then starts tier 1 again from the best configuration so far, until the budget is spent.
 
-`--quick` (one profile, 2 seeds, 15 trials, a cheaper optimum unless cached) is the CI smoke run.
+Generated landscapes (`--landscapes train|test|all`, `--landscape-count N`, default 30 per set): seeded
+profiles and spaces from benchmarks/_landscapes.py (real GPUs and model families, random backend speed and
+health tables, 6-14 parameters; its docstring says what is drawn), written once under .cache/landscapes/.
+`train` is generator seeds 0..N-1, `test` 1000..1000+N-1: a sampler is tuned on the first and reported on the
+second. Their optimum search is cheaper (exhaustive up to GENERATED_EXHAUSTIVE_MAX points, else
+GENERATED_STARTS local-search starts). After the per-landscape tables, the summary gives each landscape's
+verdict, adding the target "98% within 40 restarts in at least 80% of the seeds", and the overall table gives,
+per set (shipped, train, test), the median over landscapes of tpe/random and tpe/best-anchor, and the share of
+landscapes meeting each target (the suite's target: at least 80% of them within 40 restarts).
+
+GPU-time: each restart costs the start-up model's phases (`startup_phases`: process, distributed init, weight
+load, KV allocation, graph capture per size, torch.compile) up to where it failed or got ready (a failed load
+or capture counts half its phase, a hang the space's startup-timeout), plus the probe's duration, times the
+GPUs the space holds. "GPU-h to 98%" is the median over seeds of the GPU-hours until the trial that reached
+98% ("never" when the median run did not); "GPU-h/random" compares it with random's.
+
+`--quick` (one profile, 2 seeds, 15 trials, a cheaper optimum unless cached; with `--landscapes`: the set's
+first 2 generated landscapes, 1 seed) is the CI smoke run.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import functools
 import hashlib
 import importlib.util
+import io
 import json
 import os
 import random
@@ -155,6 +174,7 @@ class Problem:
         self.metric = objective.metric
         self.maximize = objective.direction == "maximize"
         self._true: dict[str, float | None] = {}
+        self._startup: dict[str, float] = {}
 
     @property
     def space(self) -> Space:
@@ -170,6 +190,42 @@ class Problem:
         if p.status != "ok":
             return Measurement(STATUS_KINDS.get(p.status, FailureKind.CRASH_ON_START), p.message or p.status)
         return Measurement(None, level=self._level(p))
+
+    def gpu_seconds(self, config: ServerConfig, m: Measurement) -> float:
+        """What one start of this configuration costs the user in GPU-seconds: the start-up model's phases up to
+        where it failed or got ready (startup_phases: process, distributed init, weight load, KV allocation,
+        graph capture, torch.compile), then the probe's own duration, times the GPUs the study holds."""
+        seconds = self._startup_s(config)
+        if m.level is not None:
+            seconds += m.level.duration
+        return seconds * (self.spec.server.gpus or self.profile.hardware.gpu_count)
+
+    def _startup_s(self, config: ServerConfig) -> float:
+        key = config.key()
+        if key not in self._startup:
+            self._startup[key] = self._startup_phase_s(config)
+        return self._startup[key]
+
+    def _startup_phase_s(self, config: ServerConfig) -> float:
+        ph = self.profile.startup
+        try:
+            with contextlib.redirect_stderr(io.StringIO()):
+                values = sim_values(self.profile, flag_argv(config.flags))
+        except SystemExit:
+            return ph.process_s  # the argument error ends the process at once
+        setup = make_setup(self.profile, values)
+        p = setup.phases
+        if setup.failure is None:
+            return p.total_s
+        if setup.failure.kind == "startup_timeout":
+            return self.spec.server.startup_timeout  # a hang is noticed at the tuner's start-up timeout
+        # Where each stage's failure ends the start (load and capture fail half-way on average).
+        up_to = {"args": p.process_s, "devices": p.process_s + p.init_distributed_s,
+                 "load": p.process_s + p.init_distributed_s + p.weight_load_s / 2,
+                 "kernels": p.process_s + p.init_distributed_s + p.weight_load_s,
+                 "kv": p.process_s + p.init_distributed_s + p.weight_load_s + p.kv_alloc_s,
+                 "capture": p.process_s + p.init_distributed_s + p.weight_load_s + p.kv_alloc_s + p.capture_s / 2}
+        return up_to.get(setup.failure.stage, p.total_s)
 
     def _flaky(self, config: ServerConfig) -> bool:
         if not self.intermittent or (self.space.baseline and config.key() == self._baseline_key()):
@@ -267,6 +323,7 @@ class TrialRecord:
     restarted: bool  # a server was launched
     observed: float | None  # what the strategy saw (noisy); None when infeasible
     true: float | None  # noiseless value of the same configuration
+    gpu_s: float = 0.0  # GPU-seconds the trial cost (0 when it launched nothing)
 
 
 def noise_seed(seed: int, number: int) -> int:
@@ -315,13 +372,16 @@ def run_tuner(problem: Problem, sampler_name: str, seed: int, trials: int) -> li
     for number in sorted(ends):
         attrs = ends[number]
         source = attrs.get("reused_from", number)
+        gpu_s = 0.0
         if source in worker.launched:
             m, config = worker.launched[source]
             observed, true = problem.value(m), problem.true_value(config)
+            if number in worker.launched:
+                gpu_s = problem.gpu_seconds(config, m)
         else:
             observed = true = None  # invalid_config, or a twin of one
         outcome = "reused" if "reused_from" in attrs else attrs.get("failure_kind", "none")
-        records.append(TrialRecord(number, outcome, number in worker.launched, observed, true))
+        records.append(TrialRecord(number, outcome, number in worker.launched, observed, true, gpu_s))
     return records
 
 
@@ -426,7 +486,8 @@ class TieredGrid:
         observed = self.problem.value(m)
         self.observed[key] = observed
         outcome = m.failure.value if m.failure else "none"
-        self.records.append(TrialRecord(number, outcome, True, observed, self.problem.true_value(config)))
+        self.records.append(TrialRecord(number, outcome, True, observed, self.problem.true_value(config),
+                                        self.problem.gpu_seconds(config, m)))
         if observed is not None and (self.best is None or self.problem.better(observed, self.best[0])):
             self.best = (observed, dict(point))
         return observed
@@ -448,7 +509,8 @@ def run_smac(problem: Problem, seed: int, trials: int) -> list[TrialRecord]:
             return observed_by_key[key]
         m = problem.measure(config, noise_seed(seed, number))
         observed_by_key[key] = observed = problem.value(m)
-        records.append(TrialRecord(number, m.failure.value if m.failure else "none", True, observed, true))
+        records.append(TrialRecord(number, m.failure.value if m.failure else "none", True, observed, true,
+                                   problem.gpu_seconds(config, m)))
         return observed
 
     _smac_anchor.run_smac(problem.space, seed, trials, problem.maximize, measure)
@@ -600,6 +662,7 @@ class RunFigures:
     late_restarts: int  # of those, trials that launched a server
     late_crashes: int  # of those, launched servers that failed
     late_free: int  # of those, trials that launched nothing
+    gpu_h_to: float  # GPU-hours until then (inf if never)
 
 
 def judge(problem: Problem, records: Sequence[TrialRecord], optimum: float, trials: int) -> RunFigures:
@@ -607,17 +670,19 @@ def judge(problem: Problem, records: Sequence[TrialRecord], optimum: float, tria
     restarts = 0
     trials_to = restarts_to = trials + 1
     reached = False
+    gpu_s, gpu_h_to = 0.0, float("inf")
     for i, r in enumerate(records, start=1):
         restarts += r.restarted
+        gpu_s += r.gpu_s
         if r.observed is not None and (pick is None or problem.better(r.observed, pick.observed)):
             pick = r
         if not reached and pick is not None and problem.share(pick.true, optimum) >= TARGET - 1e-12:
-            reached, trials_to, restarts_to = True, i, restarts
+            reached, trials_to, restarts_to, gpu_h_to = True, i, restarts, gpu_s / 3600
     late = records[WARMUP_TRIALS:]
     crashes = sum(1 for r in late if r.restarted and r.outcome not in ("none", "reused", "slo_violation"))
     free = sum(1 for r in late if not r.restarted)
     share = problem.share(pick.true, optimum) if pick is not None else 0.0
-    return RunFigures(trials_to, restarts_to, reached, share, len(late), len(late) - free, crashes, free)
+    return RunFigures(trials_to, restarts_to, reached, share, len(late), len(late) - free, crashes, free, gpu_h_to)
 
 
 def _median(values: Sequence[float]) -> float:
@@ -633,6 +698,20 @@ def _count(values: Sequence[int], trials: int) -> str:
         return show(med)
     q = statistics.quantiles(values, n=4, method="inclusive")
     return f"{show(med)} [{show(q[0])}-{show(q[2])}]"
+
+
+def _hours(h: float) -> str:
+    return "never" if h == float("inf") else f"{h:.2f}"
+
+
+def _hours_ratio(s: Mapping[str, Any], rnd: Mapping[str, Any] | None) -> str:
+    """Median GPU-hours to 98% over random's; 'never' when a median run does not get there."""
+    if not rnd:
+        return "-"
+    a, b = _median(s["gpu_h_to"]), _median(rnd["gpu_h_to"])
+    if a == float("inf"):
+        return "never" if b == float("inf") else ">" + f"{b:.2f}h"
+    return f"<{a:.2f}h" if b == float("inf") else f"{a / b:.2f}" if b > 0 else "-"
 
 
 def _ratio(a: float, b: float, trials: int) -> str:
@@ -651,6 +730,7 @@ def summarise(problem: Problem, runs: dict[str, list[list[TrialRecord]]], optimu
         restarts = sum(f.late_restarts for f in figs)
         out[strategy] = {
             "restarts_to": [f.restarts_to for f in figs], "trials_to": [f.trials_to for f in figs],
+            "gpu_h_to": [f.gpu_h_to for f in figs],
             "reached": sum(f.reached for f in figs), "runs": len(figs),
             "final": _median([f.final_share for f in figs]), "final_min": min(f.final_share for f in figs),
             "crash_share": sum(f.late_crashes for f in figs) / restarts if restarts else 0.0,
@@ -675,7 +755,7 @@ def print_table(problem: Problem, optimum: Optimum, stats: dict[str, dict[str, A
     print("   optimum at: " + ", ".join(f"{k}={v}" for k, v in optimum.point.items()))
     head = (f"   {'strategy':<22} {'restarts to 98%':>17} {'trials to 98%':>17} {'reached':>8} "
             f"{'best@' + str(trials):>8} {'worst':>7} {'crash/NaN 11+':>14} {'free 11+':>9} "
-            f"{'restarts/random':>16} {'trials/random':>14}")
+            f"{'restarts/random':>16} {'trials/random':>14} {'GPU-h to 98%':>13} {'GPU-h/random':>13}")
     print(head)
     print("   " + "-" * (len(head) - 3))
     rnd = stats.get("random")
@@ -690,7 +770,8 @@ def print_table(problem: Problem, optimum: Optimum, stats: dict[str, dict[str, A
         ratio_t = _ratio(_median(s["trials_to"]), _median(rnd["trials_to"]), trials) if rnd else "-"
         print(f"   {LABELS[strategy]:<22} {_count(s['restarts_to'], trials):>17} {_count(s['trials_to'], trials):>17} "
               f"{s['reached']:>4}/{s['runs']:<3} {s['final']:>8.1%} {s['final_min']:>7.1%} "
-              f"{s['crash_share']:>14.0%} {s['free_share']:>9.0%} {ratio_r:>16} {ratio_t:>14}")
+              f"{s['crash_share']:>14.0%} {s['free_share']:>9.0%} {ratio_r:>16} {ratio_t:>14} "
+              f"{_hours(_median(s['gpu_h_to'])):>13} {_hours_ratio(s, rnd):>13}")
 
 
 ANCHORS = ("random-valid", "gp", "smac", "grid")  # the established strategies the tuner must beat
@@ -710,6 +791,7 @@ class Verdict:
     within: float  # share of tpe's seeds that reached 98% within WITHIN restarts
     crash_share: float
     misses: tuple[str, ...]
+    gpu_ratio: float = float("nan")  # tpe's median GPU-hours to 98% / random's (nan where either never gets there)
 
 
 def verdict(stats: dict[str, dict[str, Any]], trials: int) -> Verdict | None:
@@ -731,7 +813,10 @@ def verdict(stats: dict[str, dict[str, Any]], trials: int) -> Verdict | None:
         misses.append(f"within {WITHIN}")
     if tpe["crash_share"] > 0.10:
         misses.append("crash/NaN")
-    return Verdict(r_rand, r_best, best, within, tpe["crash_share"], tuple(misses))
+    gpu_ratio = float("nan")
+    if rnd and max(_median(tpe["gpu_h_to"]), _median(rnd["gpu_h_to"])) < float("inf"):
+        gpu_ratio = _median(tpe["gpu_h_to"]) / max(_median(rnd["gpu_h_to"]), 1e-9)
+    return Verdict(r_rand, r_best, best, within, tpe["crash_share"], tuple(misses), gpu_ratio)
 
 
 def print_summary(all_stats: dict[str, dict[str, dict[str, Any]]], trials: int) -> None:
@@ -739,7 +824,7 @@ def print_summary(all_stats: dict[str, dict[str, dict[str, Any]]], trials: int) 
           " the best anchor's (random valid only, gp, smac, grid); 98% within "
           f"{WITHIN} restarts in >= {WITHIN_SEEDS:.0%} of the seeds; crash/NaN per restart after trial 10 <= 10%)")
     print(f"   {'landscape':<22} {'tpe/random':>11} {'tpe/best anchor':>24} {'within ' + str(WITHIN):>10} "
-          f"{'tpe crash/NaN':>14}  verdict")
+          f"{'tpe crash/NaN':>14} {'GPU-h/random':>13}  verdict")
     for name, stats in all_stats.items():
         v = verdict(stats, trials)
         if v is None:
@@ -750,7 +835,8 @@ def print_summary(all_stats: dict[str, dict[str, dict[str, Any]]], trials: int) 
         r_best = (f"{_ratio(mine, _median(stats[v.best_anchor]['restarts_to']), trials)} ({v.best_anchor})"
                   if v.best_anchor else "-")
         text = "met" if not v.misses else "missed: " + ", ".join(v.misses)
-        print(f"   {name:<22} {r_rand:>11} {r_best:>24} {v.within:>10.0%} {v.crash_share:>14.0%}  {text}")
+        gpu = "-" if v.gpu_ratio != v.gpu_ratio else f"{v.gpu_ratio:.2f}"
+        print(f"   {name:<22} {r_rand:>11} {r_best:>24} {v.within:>10.0%} {v.crash_share:>14.0%} {gpu:>13}  {text}")
     print("   (ratios of median restarts to 98%; '>=' / '<=' where a median is censored at "
           f"{trials + 1} = not reached in {trials} trials)")
 
@@ -773,7 +859,7 @@ def print_overall(all_stats: dict[str, dict[str, dict[str, Any]]], trials: int) 
     print("\n== Overall, per set of landscapes (median over landscapes of the per-landscape ratios; share of the "
           "landscapes that meet each target)")
     print(f"   {'set':<8} {'n':>3} {'tpe/random':>11} {'tpe/best':>9} {'<=1/3 random':>13} {'< best anchor':>14} "
-          f"{'within ' + str(WITHIN):>10} {'crash<=10%':>11} {'all met':>8}  suite target (>= {WITHIN_LANDSCAPES:.0%} "
+          f"{'within ' + str(WITHIN):>10} {'crash<=10%':>11} {'all met':>8} {'GPU-h/random':>13}  suite target (>= {WITHIN_LANDSCAPES:.0%} "
           f"within {WITHIN}; median ratios <= 0.33 and < 1)")
     for group in ("shipped", "train", "test"):
         vs = groups.get(group)
@@ -793,7 +879,8 @@ def print_overall(all_stats: dict[str, dict[str, dict[str, Any]]], trials: int) 
             suite.append("vs best anchor")
         print(f"   {group:<8} {len(vs):>3} {med_r:>11.2f} {med_b:>9.2f} "
               f"{share(lambda v: 'vs random' not in v.misses):>13} {share(lambda v: 'vs best anchor' not in v.misses):>14} "
-              f"{within_ok:>10.0%} {share(lambda v: 'crash/NaN' not in v.misses):>11} {share(lambda v: not v.misses):>8}  "
+              f"{within_ok:>10.0%} {share(lambda v: 'crash/NaN' not in v.misses):>11} {share(lambda v: not v.misses):>8} "
+              f"{_median([v.gpu_ratio for v in vs if v.gpu_ratio == v.gpu_ratio]):>13.2f}  "
               + ("met" if not suite else "missed: " + ", ".join(suite)))
 
 

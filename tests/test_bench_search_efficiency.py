@@ -43,3 +43,21 @@ def test_quick_mode_on_generated_landscapes() -> None:
     row = next(line for line in overall.splitlines() if line.strip().startswith("test"))
     assert row.split()[1] == "2"  # two landscapes in the test set
     assert "gen-0000" not in out  # the training landscapes stay out of a test run
+
+
+def test_gpu_seconds_follow_the_startup_model() -> None:
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import search_efficiency as se
+    problem = se.Problem("llama3-8b-h200")
+    base = dict(problem.space.baseline)
+
+    def cost(**change: object) -> float:
+        config = problem.space.config({**base, **change})
+        return problem.gpu_seconds(config, problem.measure(config, None))
+
+    ok = cost()
+    assert ok > problem.profile.startup.weight_load_s  # load, capture, then the probe
+    assert cost(**{"attention-backend": "trtllm_mha"}) < ok  # refused at kernel selection, before capture
+    assert cost(**{"disable-decode-cuda-graph": True}) < ok  # nothing captured (and a slower probe: still less)
+    bigger = cost(**{"cuda-graph-max-bs-decode": 256, "max-running-requests": 256})
+    assert bigger > cost(**{"cuda-graph-max-bs-decode": 16, "max-running-requests": 256})  # one capture per size
