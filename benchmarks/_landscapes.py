@@ -114,7 +114,7 @@ ATTENTION = {
     "fa4": (1.1, (100,), ("mha",)),
     "flashmla": (1.1, (90, 100), ("mla",)),
     "trtllm_mla": (1.05, (100, 120), ("mla",)),
-    "cutlass_mla": (1.0, (100,), ("mla",)),
+    "cutedsl_mla": (1.0, (100,), ("mla",)),
 }
 # MoE runners: nominal speed, the SMs that run them.
 MOE_RUNNERS = {
@@ -264,12 +264,13 @@ def _profile(rng: random.Random, seed: int, name: str, gpu: Gpu, family: Family,
              gpus: int) -> tuple[dict[str, Any], list[str], list[str], str]:
     model = _model(rng, family, dtype)
     attention, moe_runners, health, attn_choices, moe_choices = _backends(rng, gpu, family)
-    runnable = [n for n in attn_choices if not any(r["when"] == {"decode_backend": n} and r["effect"] in
-                                                   ("crash_on_start",) for r in health)]
-    auto_attn = runnable[0] if runnable else attn_choices[0]
-    if not runnable:
-        attn_choices.append("flashinfer")
-        auto_attn = "flashinfer"
+    # What SGLang picks when no backend is given: the fastest on paper that this hardware runs and that has no
+    # drawn problem of its own (a default is a tested path), else the fastest that runs; the space offers it.
+    runs_here = [n for n in ATTENTION if family.attention in ATTENTION[n][2] and gpu.sm in ATTENTION[n][1]]
+    troubled = {r["when"]["decode_backend"] for r in health if "decode_backend" in r["when"]}
+    auto_attn = max([n for n in runs_here if n not in troubled] or runs_here, key=lambda n: ATTENTION[n][0])
+    if auto_attn not in attn_choices:
+        attn_choices.insert(0, auto_attn)
     weights = model["weight_gb_sharded"] + model["weight_gb_replicated"]
     profile = {
         "name": name,
@@ -465,6 +466,13 @@ def _headroom(rng: random.Random, profile: dict[str, Any], space: dict[str, Any]
     return any((value(parsed.random_sample(rng)) or 0.0) > 1.05 * base for _ in range(points))
 
 
+class _NoAliases(yaml.SafeDumper):
+    """Spell a list out wherever it occurs (tp-size and ep-size share their choices), no &anchors."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 def write_landscape(seed: int, directory: Path = LANDSCAPE_DIR) -> tuple[Path, Path]:
     """Write (once) and return the paths of landscape `seed`'s profile and space."""
     name = landscape_name(seed)
@@ -474,6 +482,6 @@ def write_landscape(seed: int, directory: Path = LANDSCAPE_DIR) -> tuple[Path, P
         directory.mkdir(parents=True, exist_ok=True)
         for path, data in ((profile_path, profile), (space_path, space)):
             tmp = path.with_suffix(f".tmp{random.random():.6f}")
-            tmp.write_text(yaml.safe_dump(data, sort_keys=False))
+            tmp.write_text(yaml.dump(data, Dumper=_NoAliases, sort_keys=False))
             tmp.replace(path)  # atomic: parallel benchmark processes may write the same landscape
     return profile_path, space_path

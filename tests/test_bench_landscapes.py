@@ -53,3 +53,9 @@ def test_draws_cover_the_tables():
     for gpu, family, dtype, need, count in seen:
         weights = family.params_b * 1e9 * gen.DTYPES[dtype][0] / gen.GiB
         assert weights / need < gpu.memory_gb and need <= count <= 8  # the model fits on the GPUs drawn
+
+
+def test_every_backend_in_the_tables_is_a_choice_of_the_flag():
+    help_flags = parse_help(build_parser(gen.SGLANG_VERSION).format_help()).flags
+    assert set(gen.ATTENTION) <= set(help_flags["attention-backend"])
+    assert set(gen.MOE_RUNNERS) <= set(help_flags["moe-runner-backend"])
