@@ -26,6 +26,7 @@ tuner.sim._profile.load_profile and tuner._spec.load_spec like the shipped files
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import random
 from pathlib import Path
@@ -421,6 +422,7 @@ def make_landscape(seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
         if baseline is not None:
             space["baseline"] = baseline
             if _headroom(random.Random(f"headroom-{seed}-{attempt}"), profile, space):
+                _check_flags(space)
                 return profile, space
     raise RuntimeError(f"landscape {seed}: no draw with a baseline that runs")
 
@@ -444,6 +446,23 @@ def _evaluator(profile: dict[str, Any], space: dict[str, Any]) -> tuple[Any, Any
         return p.output_tok_s if p.status == "ok" else None
 
     return spec.space, value
+
+
+@functools.cache
+def _help_flags() -> Any:
+    from tuner._check import parse_help
+    from tuner.sim._args import build_parser
+    return parse_help(build_parser(SGLANG_VERSION).format_help())
+
+
+def _check_flags(space: dict[str, Any]) -> None:
+    """The check `tuner check --simulate` runs (every flag and choice against the server's --help): a generated
+    space that fails it is a bug in the tables here, not a landscape."""
+    from tuner._check import check_flags
+    from tuner._spec import parse_spec
+    report = check_flags(parse_spec(yaml.safe_dump(space, sort_keys=False), space["name"]), _help_flags())
+    if report.errors or report.warnings:
+        raise AssertionError(f"{space['name']}: {'; '.join(report.errors + report.warnings)}")
 
 
 def _running_baseline(rng: random.Random, profile: dict[str, Any], space: dict[str, Any]) -> dict[str, Any] | None:
