@@ -56,16 +56,35 @@ number's low, middle and high. SGLang picks the factorial's flags by their order
 flags whose tier-1 change helped most, over each one's two best values with every other flag at its best
 value, then starts tier 1 again from the best configuration so far, until the budget is spent.
 
-`--quick` (one profile, 2 seeds, 15 trials, a cheaper optimum unless cached) is the CI smoke run.
+Generated landscapes (`--landscapes train|test|all`, `--landscape-count N`, default 30 per set): seeded
+profiles and spaces from benchmarks/_landscapes.py (real GPUs and model families, random backend speed and
+health tables, 6-14 parameters; its docstring says what is drawn), written once under .cache/landscapes/.
+`train` is generator seeds 0..N-1, `test` 1000..1000+N-1: a sampler is tuned on the first and reported on the
+second. Their optimum search is cheaper (exhaustive up to GENERATED_EXHAUSTIVE_MAX points, else
+GENERATED_STARTS local-search starts). After the per-landscape tables, the summary gives each landscape's
+verdict, adding the target "98% within 40 restarts in at least 80% of the seeds", and the overall table gives,
+per set (shipped, train, test), the median over landscapes of tpe/random and tpe/best-anchor, and the share of
+landscapes meeting each target (the suite's target: at least 80% of them within 40 restarts).
+
+GPU-time: each restart costs the start-up model's phases (`startup_phases`: process, distributed init, weight
+load, KV allocation, graph capture per size, torch.compile) up to where it failed or got ready (a failed load
+or capture counts half its phase, a hang the space's startup-timeout), plus the probe's duration, times the
+GPUs the space holds. "GPU-h to 98%" is the median over seeds of the GPU-hours until the trial that reached
+98% ("never" when the median run did not); "GPU-h/random" compares it with random's.
+
+`--quick` (one profile, 2 seeds, 15 trials, a cheaper optimum unless cached; with `--landscapes`: the set's
+first 2 generated landscapes, 1 seed) is the CI smoke run.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import functools
 import hashlib
 import importlib.util
+import io
 import json
 import os
 import random
@@ -85,6 +104,7 @@ sys.path.insert(0, str(REPO))
 
 import optuna  # noqa: E402
 
+import _landscapes  # noqa: E402
 import _smac_anchor  # noqa: E402
 from tuner._failures import FailureKind, FailureRecord  # noqa: E402
 from tuner._probe import LevelMetrics, ProbeResult  # noqa: E402
@@ -96,6 +116,8 @@ from tuner._worker import Worker  # noqa: E402
 from tuner.engines import get_engine  # noqa: E402
 from tuner.engines._base import flag_argv  # noqa: E402
 from tuner.sim._predict import Prediction, predict  # noqa: E402
+from tuner.sim._predict import _values as sim_values  # noqa: E402
+from tuner.sim._setup import make_setup  # noqa: E402
 from tuner.sim._profile import Profile, load_profile  # noqa: E402
 
 PROFILES_DIR = REPO / "tuner" / "sim" / "profiles"
@@ -107,6 +129,10 @@ LABELS = {"tpe": "tpe (tuner default)", "random": "random", "random-valid": "ran
 TARGET = 0.98  # "reached": the pick's true value is at least this share of the optimum
 EXHAUSTIVE_MAX = 20_000  # valid grid points up to which the optimum is found by evaluating every one
 OPTIMUM_METHOD = "v1"  # bump when the optimum search changes: old cache files are then ignored
+# Generated landscapes are many: their optimum search is cheaper (fewer exhaustive points, fewer starts).
+GENERATED_EXHAUSTIVE_MAX = 3_000
+GENERATED_STARTS = 4
+LANDSCAPE_SEEDS = {"train": 0, "test": 1000}  # first generator seed of each set
 WARMUP_TRIALS = 10  # the crash/NaN share is counted after this many trials
 
 # What predict() says went wrong, as the failure kind the tuner's stages would record.
@@ -139,8 +165,8 @@ class Problem:
     def __init__(self, name: str, intermittent: float = 0.0) -> None:
         self.name = name
         self.intermittent = intermittent
-        self.profile_path = PROFILES_DIR / f"{name}.yaml"
-        self.space_path = SPACES_DIR / f"{name}.yaml"
+        self.profile_path, self.space_path = landscape_paths(name)
+        self.generated = is_generated(name)
         self.profile: Profile = load_profile(self.profile_path)
         self.spec: Spec = load_spec(self.space_path)
         probe, objective = self.spec.probe, self.spec.objective
@@ -148,6 +174,7 @@ class Problem:
         self.metric = objective.metric
         self.maximize = objective.direction == "maximize"
         self._true: dict[str, float | None] = {}
+        self._startup: dict[str, float] = {}
 
     @property
     def space(self) -> Space:
@@ -163,6 +190,42 @@ class Problem:
         if p.status != "ok":
             return Measurement(STATUS_KINDS.get(p.status, FailureKind.CRASH_ON_START), p.message or p.status)
         return Measurement(None, level=self._level(p))
+
+    def gpu_seconds(self, config: ServerConfig, m: Measurement) -> float:
+        """What one start of this configuration costs the user in GPU-seconds: the start-up model's phases up to
+        where it failed or got ready (startup_phases: process, distributed init, weight load, KV allocation,
+        graph capture, torch.compile), then the probe's own duration, times the GPUs the study holds."""
+        seconds = self._startup_s(config)
+        if m.level is not None:
+            seconds += m.level.duration
+        return seconds * (self.spec.server.gpus or self.profile.hardware.gpu_count)
+
+    def _startup_s(self, config: ServerConfig) -> float:
+        key = config.key()
+        if key not in self._startup:
+            self._startup[key] = self._startup_phase_s(config)
+        return self._startup[key]
+
+    def _startup_phase_s(self, config: ServerConfig) -> float:
+        ph = self.profile.startup
+        try:
+            with contextlib.redirect_stderr(io.StringIO()):
+                values = sim_values(self.profile, flag_argv(config.flags))
+        except SystemExit:
+            return ph.process_s  # the argument error ends the process at once
+        setup = make_setup(self.profile, values)
+        p = setup.phases
+        if setup.failure is None:
+            return p.total_s
+        if setup.failure.kind == "startup_timeout":
+            return self.spec.server.startup_timeout  # a hang is noticed at the tuner's start-up timeout
+        # Where each stage's failure ends the start (load and capture fail half-way on average).
+        up_to = {"args": p.process_s, "devices": p.process_s + p.init_distributed_s,
+                 "load": p.process_s + p.init_distributed_s + p.weight_load_s / 2,
+                 "kernels": p.process_s + p.init_distributed_s + p.weight_load_s,
+                 "kv": p.process_s + p.init_distributed_s + p.weight_load_s + p.kv_alloc_s,
+                 "capture": p.process_s + p.init_distributed_s + p.weight_load_s + p.kv_alloc_s + p.capture_s / 2}
+        return up_to.get(setup.failure.stage, p.total_s)
 
     def _flaky(self, config: ServerConfig) -> bool:
         if not self.intermittent or (self.space.baseline and config.key() == self._baseline_key()):
@@ -218,14 +281,32 @@ class Problem:
         return value / optimum if self.maximize else optimum / value
 
 
+def is_generated(name: str) -> bool:
+    return name.startswith("gen-")
+
+
+def landscape_paths(name: str) -> tuple[Path, Path]:
+    """(profile, space) of a shipped profile, or of a generated landscape `gen-SEED` (written on first use)."""
+    if is_generated(name):
+        return _landscapes.write_landscape(int(name.removeprefix("gen-")))
+    return PROFILES_DIR / f"{name}.yaml", SPACES_DIR / f"{name}.yaml"
+
+
+def generated_names(which: str, count: int) -> list[str]:
+    """The generated landscapes of a set: `train` (generator seeds 0..), `test` (1000..), `all` (both)."""
+    sets = list(LANDSCAPE_SEEDS) if which == "all" else [which] if which in LANDSCAPE_SEEDS else []
+    return [_landscapes.landscape_name(LANDSCAPE_SEEDS[s] + i) for s in sets for i in range(count)]
+
+
 def skip_reason(name: str) -> str | None:
     """Why a profile cannot be benchmarked, or None."""
-    if not (SPACES_DIR / f"{name}.yaml").exists():
+    profile_path, space_path = landscape_paths(name)
+    if not space_path.exists():
         return f"no shipped space (search_spaces/{name}.yaml does not exist)"
-    profile = load_profile(PROFILES_DIR / f"{name}.yaml")
+    profile = load_profile(profile_path)
     if profile.time_scale == 0 or not profile.hardware.hbm_bandwidth_gbs:
         return "every configuration is infinitely fast (no step time): there is no optimum to find"
-    spec = load_spec(SPACES_DIR / f"{name}.yaml")
+    spec = load_spec(space_path)
     if spec.objective.second_metric:
         return "a two-objective space: 'the optimum' is a Pareto front, not one value"
     if spec.engine != "sglang":
@@ -242,6 +323,7 @@ class TrialRecord:
     restarted: bool  # a server was launched
     observed: float | None  # what the strategy saw (noisy); None when infeasible
     true: float | None  # noiseless value of the same configuration
+    gpu_s: float = 0.0  # GPU-seconds the trial cost (0 when it launched nothing)
 
 
 def noise_seed(seed: int, number: int) -> int:
@@ -290,13 +372,16 @@ def run_tuner(problem: Problem, sampler_name: str, seed: int, trials: int) -> li
     for number in sorted(ends):
         attrs = ends[number]
         source = attrs.get("reused_from", number)
+        gpu_s = 0.0
         if source in worker.launched:
             m, config = worker.launched[source]
             observed, true = problem.value(m), problem.true_value(config)
+            if number in worker.launched:
+                gpu_s = problem.gpu_seconds(config, m)
         else:
             observed = true = None  # invalid_config, or a twin of one
         outcome = "reused" if "reused_from" in attrs else attrs.get("failure_kind", "none")
-        records.append(TrialRecord(number, outcome, number in worker.launched, observed, true))
+        records.append(TrialRecord(number, outcome, number in worker.launched, observed, true, gpu_s))
     return records
 
 
@@ -401,7 +486,8 @@ class TieredGrid:
         observed = self.problem.value(m)
         self.observed[key] = observed
         outcome = m.failure.value if m.failure else "none"
-        self.records.append(TrialRecord(number, outcome, True, observed, self.problem.true_value(config)))
+        self.records.append(TrialRecord(number, outcome, True, observed, self.problem.true_value(config),
+                                        self.problem.gpu_seconds(config, m)))
         if observed is not None and (self.best is None or self.problem.better(observed, self.best[0])):
             self.best = (observed, dict(point))
         return observed
@@ -423,7 +509,8 @@ def run_smac(problem: Problem, seed: int, trials: int) -> list[TrialRecord]:
             return observed_by_key[key]
         m = problem.measure(config, noise_seed(seed, number))
         observed_by_key[key] = observed = problem.value(m)
-        records.append(TrialRecord(number, m.failure.value if m.failure else "none", True, observed, true))
+        records.append(TrialRecord(number, m.failure.value if m.failure else "none", True, observed, true,
+                                   problem.gpu_seconds(config, m)))
         return observed
 
     _smac_anchor.run_smac(problem.space, seed, trials, problem.maximize, measure)
@@ -512,10 +599,11 @@ def local_search(problem: Problem, start: dict[str, Any]) -> tuple[float | None,
 
 def search_optimum(problem: Problem, starts: int, exhaustive: bool) -> Optimum:
     space = problem.space
-    points = space.grid_points(limit=EXHAUSTIVE_MAX * 4) if exhaustive else None
+    most = GENERATED_EXHAUSTIVE_MAX if problem.generated else EXHAUSTIVE_MAX
+    points = space.grid_points(limit=most * 4) if exhaustive else None
     valid = [p for p in points if not space.violations(p)] if points is not None else None
     best_value, best_point = None, {}
-    if valid is not None and len(valid) <= EXHAUSTIVE_MAX:
+    if valid is not None and len(valid) <= most:
         for p in valid:
             v = problem.point_value(p)
             if problem.better(v, best_value):
@@ -553,6 +641,8 @@ def true_optimum(problem: Problem, starts: int, quick: bool, use_cache: bool) ->
     if use_cache and path.exists():
         data = json.loads(path.read_text())
         return Optimum(data["value"], data["point"], data["method"] + " (cached)", data["evaluated"])
+    if problem.generated:
+        starts = min(starts, GENERATED_STARTS)
     optimum = search_optimum(problem, starts=2 if quick else starts, exhaustive=not quick)
     if not quick and use_cache:
         CACHE_DIR.mkdir(parents=True, exist_ok=True)
@@ -572,6 +662,7 @@ class RunFigures:
     late_restarts: int  # of those, trials that launched a server
     late_crashes: int  # of those, launched servers that failed
     late_free: int  # of those, trials that launched nothing
+    gpu_h_to: float  # GPU-hours until then (inf if never)
 
 
 def judge(problem: Problem, records: Sequence[TrialRecord], optimum: float, trials: int) -> RunFigures:
@@ -579,17 +670,19 @@ def judge(problem: Problem, records: Sequence[TrialRecord], optimum: float, tria
     restarts = 0
     trials_to = restarts_to = trials + 1
     reached = False
+    gpu_s, gpu_h_to = 0.0, float("inf")
     for i, r in enumerate(records, start=1):
         restarts += r.restarted
+        gpu_s += r.gpu_s
         if r.observed is not None and (pick is None or problem.better(r.observed, pick.observed)):
             pick = r
         if not reached and pick is not None and problem.share(pick.true, optimum) >= TARGET - 1e-12:
-            reached, trials_to, restarts_to = True, i, restarts
+            reached, trials_to, restarts_to, gpu_h_to = True, i, restarts, gpu_s / 3600
     late = records[WARMUP_TRIALS:]
     crashes = sum(1 for r in late if r.restarted and r.outcome not in ("none", "reused", "slo_violation"))
     free = sum(1 for r in late if not r.restarted)
     share = problem.share(pick.true, optimum) if pick is not None else 0.0
-    return RunFigures(trials_to, restarts_to, reached, share, len(late), len(late) - free, crashes, free)
+    return RunFigures(trials_to, restarts_to, reached, share, len(late), len(late) - free, crashes, free, gpu_h_to)
 
 
 def _median(values: Sequence[float]) -> float:
@@ -605,6 +698,20 @@ def _count(values: Sequence[int], trials: int) -> str:
         return show(med)
     q = statistics.quantiles(values, n=4, method="inclusive")
     return f"{show(med)} [{show(q[0])}-{show(q[2])}]"
+
+
+def _hours(h: float) -> str:
+    return "never" if h == float("inf") else f"{h:.2f}"
+
+
+def _hours_ratio(s: Mapping[str, Any], rnd: Mapping[str, Any] | None) -> str:
+    """Median GPU-hours to 98% over random's; 'never' when a median run does not get there."""
+    if not rnd:
+        return "-"
+    a, b = _median(s["gpu_h_to"]), _median(rnd["gpu_h_to"])
+    if a == float("inf"):
+        return "never" if b == float("inf") else ">" + f"{b:.2f}h"
+    return f"<{a:.2f}h" if b == float("inf") else f"{a / b:.2f}" if b > 0 else "-"
 
 
 def _ratio(a: float, b: float, trials: int) -> str:
@@ -623,6 +730,7 @@ def summarise(problem: Problem, runs: dict[str, list[list[TrialRecord]]], optimu
         restarts = sum(f.late_restarts for f in figs)
         out[strategy] = {
             "restarts_to": [f.restarts_to for f in figs], "trials_to": [f.trials_to for f in figs],
+            "gpu_h_to": [f.gpu_h_to for f in figs],
             "reached": sum(f.reached for f in figs), "runs": len(figs),
             "final": _median([f.final_share for f in figs]), "final_min": min(f.final_share for f in figs),
             "crash_share": sum(f.late_crashes for f in figs) / restarts if restarts else 0.0,
@@ -638,12 +746,16 @@ def print_table(problem: Problem, optimum: Optimum, stats: dict[str, dict[str, A
     flaky = f", {problem.intermittent:.0%} of configurations intermittent" if problem.intermittent else ""
     print(f"\n== {problem.name}{flaky}: {sampled} parameters, {problem.metric} "
           f"({'max' if problem.maximize else 'min'}imised), {seeds} seeds x {trials} trials")
+    if problem.generated:
+        probe = problem.spec.probe
+        print(f"   {problem.profile.description}; probe {problem.concurrency} concurrent, "
+              f"{probe.input_len} in / {probe.output_len} out")
     print(f"   optimum {optimum.value:.1f} ({optimum.method}); 98% = {optimum.value * TARGET:.1f}; "
           f"baseline {problem.share(base, optimum.value):.1%} of it")
     print("   optimum at: " + ", ".join(f"{k}={v}" for k, v in optimum.point.items()))
     head = (f"   {'strategy':<22} {'restarts to 98%':>17} {'trials to 98%':>17} {'reached':>8} "
             f"{'best@' + str(trials):>8} {'worst':>7} {'crash/NaN 11+':>14} {'free 11+':>9} "
-            f"{'restarts/random':>16} {'trials/random':>14}")
+            f"{'restarts/random':>16} {'trials/random':>14} {'GPU-h to 98%':>13} {'GPU-h/random':>13}")
     print(head)
     print("   " + "-" * (len(head) - 3))
     rnd = stats.get("random")
@@ -658,36 +770,118 @@ def print_table(problem: Problem, optimum: Optimum, stats: dict[str, dict[str, A
         ratio_t = _ratio(_median(s["trials_to"]), _median(rnd["trials_to"]), trials) if rnd else "-"
         print(f"   {LABELS[strategy]:<22} {_count(s['restarts_to'], trials):>17} {_count(s['trials_to'], trials):>17} "
               f"{s['reached']:>4}/{s['runs']:<3} {s['final']:>8.1%} {s['final_min']:>7.1%} "
-              f"{s['crash_share']:>14.0%} {s['free_share']:>9.0%} {ratio_r:>16} {ratio_t:>14}")
+              f"{s['crash_share']:>14.0%} {s['free_share']:>9.0%} {ratio_r:>16} {ratio_t:>14} "
+              f"{_hours(_median(s['gpu_h_to'])):>13} {_hours_ratio(s, rnd):>13}")
 
 
 ANCHORS = ("random-valid", "gp", "smac", "grid")  # the established strategies the tuner must beat
 
 
+WITHIN = 40  # restarts within which a seed should reach 98% ...
+WITHIN_SEEDS = 0.8  # ... in this share of the seeds, on ...
+WITHIN_LANDSCAPES = 0.8  # ... this share of the landscapes
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """The tuner's figures on one landscape against the targets."""
+    ratio_random: float  # tpe's median restarts to 98% / random's (nan without random)
+    ratio_best: float  # / the best anchor's (nan without anchors)
+    best_anchor: str | None
+    within: float  # share of tpe's seeds that reached 98% within WITHIN restarts
+    crash_share: float
+    misses: tuple[str, ...]
+    gpu_ratio: float = float("nan")  # tpe's median GPU-hours to 98% / random's (nan where either never gets there)
+
+
+def verdict(stats: dict[str, dict[str, Any]], trials: int) -> Verdict | None:
+    tpe, rnd = stats.get("tpe"), stats.get("random")
+    if tpe is None:
+        return None
+    mine = _median(tpe["restarts_to"])
+    r_rand = mine / _median(rnd["restarts_to"]) if rnd else float("nan")
+    anchors = {a: _median(stats[a]["restarts_to"]) for a in ANCHORS if a in stats}
+    best = min(anchors, key=anchors.get) if anchors else None
+    r_best = mine / anchors[best] if best else float("nan")
+    within = sum(1 for r in tpe["restarts_to"] if r <= min(WITHIN, trials)) / len(tpe["restarts_to"])
+    misses = []
+    if rnd and not r_rand <= 1 / 3 + 1e-9:
+        misses.append("vs random")
+    if best and not mine < anchors[best]:
+        misses.append("vs best anchor")
+    if within < WITHIN_SEEDS - 1e-9:
+        misses.append(f"within {WITHIN}")
+    if tpe["crash_share"] > 0.10:
+        misses.append("crash/NaN")
+    gpu_ratio = float("nan")
+    if rnd and max(_median(tpe["gpu_h_to"]), _median(rnd["gpu_h_to"])) < float("inf"):
+        gpu_ratio = _median(tpe["gpu_h_to"]) / max(_median(rnd["gpu_h_to"]), 1e-9)
+    return Verdict(r_rand, r_best, best, within, tpe["crash_share"], tuple(misses), gpu_ratio)
+
+
 def print_summary(all_stats: dict[str, dict[str, dict[str, Any]]], trials: int) -> None:
     print("\n== Summary: the tuner (tpe) against the targets (median restarts to 98% <= 1/3 of random's and below"
-          " the best anchor's (random valid only, gp, smac, grid); crash/NaN per restart after trial 10 <= 10%)")
-    print(f"   {'profile':<22} {'tpe/random':>11} {'tpe/best anchor':>24} {'tpe crash/NaN':>14}  verdict")
+          " the best anchor's (random valid only, gp, smac, grid); 98% within "
+          f"{WITHIN} restarts in >= {WITHIN_SEEDS:.0%} of the seeds; crash/NaN per restart after trial 10 <= 10%)")
+    print(f"   {'landscape':<22} {'tpe/random':>11} {'tpe/best anchor':>24} {'within ' + str(WITHIN):>10} "
+          f"{'tpe crash/NaN':>14} {'GPU-h/random':>13}  verdict")
     for name, stats in all_stats.items():
-        tpe, rnd = stats.get("tpe"), stats.get("random")
-        if tpe is None:
+        v = verdict(stats, trials)
+        if v is None:
             continue
+        tpe, rnd = stats["tpe"], stats.get("random")
         mine = _median(tpe["restarts_to"])
         r_rand = _ratio(mine, _median(rnd["restarts_to"]), trials) if rnd else "-"
-        anchors = {a: _median(stats[a]["restarts_to"]) for a in ANCHORS if a in stats}
-        best = min(anchors, key=anchors.get) if anchors else None
-        r_best = f"{_ratio(mine, anchors[best], trials)} ({best})" if best else "-"
-        misses = []
-        if rnd and not mine / _median(rnd["restarts_to"]) <= 1 / 3 + 1e-9:
-            misses.append("vs random")
-        if best and not mine < anchors[best]:
-            misses.append("vs best anchor")
-        if tpe["crash_share"] > 0.10:
-            misses.append("crash/NaN")
-        verdict = "met" if not misses else "missed: " + ", ".join(misses)
-        print(f"   {name:<22} {r_rand:>11} {r_best:>24} {tpe['crash_share']:>14.0%}  {verdict}")
+        r_best = (f"{_ratio(mine, _median(stats[v.best_anchor]['restarts_to']), trials)} ({v.best_anchor})"
+                  if v.best_anchor else "-")
+        text = "met" if not v.misses else "missed: " + ", ".join(v.misses)
+        gpu = "-" if v.gpu_ratio != v.gpu_ratio else f"{v.gpu_ratio:.2f}"
+        print(f"   {name:<22} {r_rand:>11} {r_best:>24} {v.within:>10.0%} {v.crash_share:>14.0%} {gpu:>13}  {text}")
     print("   (ratios of median restarts to 98%; '>=' / '<=' where a median is censored at "
           f"{trials + 1} = not reached in {trials} trials)")
+
+
+def landscape_set(name: str) -> str:
+    if not is_generated(name):
+        return "shipped"
+    return "test" if int(name.removeprefix("gen-")) >= LANDSCAPE_SEEDS["test"] else "train"
+
+
+def print_overall(all_stats: dict[str, dict[str, dict[str, Any]]], trials: int) -> None:
+    """Per set of landscapes (shipped, train, test): the median ratios and the share meeting each target."""
+    groups: dict[str, list[Verdict]] = {}
+    for name, stats in all_stats.items():
+        v = verdict(stats, trials)
+        if v is not None:
+            groups.setdefault(landscape_set(name), []).append(v)
+    if not groups:
+        return
+    print("\n== Overall, per set of landscapes (median over landscapes of the per-landscape ratios; share of the "
+          "landscapes that meet each target)")
+    print(f"   {'set':<8} {'n':>3} {'tpe/random':>11} {'tpe/best':>9} {'<=1/3 random':>13} {'< best anchor':>14} "
+          f"{'within ' + str(WITHIN):>10} {'crash<=10%':>11} {'all met':>8} {'GPU-h/random':>13}  suite target (>= {WITHIN_LANDSCAPES:.0%} "
+          f"within {WITHIN}; median ratios <= 0.33 and < 1)")
+    for group in ("shipped", "train", "test"):
+        vs = groups.get(group)
+        if not vs:
+            continue
+        def share(pred: Any) -> str:
+            return f"{sum(1 for v in vs if pred(v)) / len(vs):.0%}"
+        med_r = _median([v.ratio_random for v in vs if v.ratio_random == v.ratio_random])
+        med_b = _median([v.ratio_best for v in vs if v.ratio_best == v.ratio_best])
+        within_ok = sum(1 for v in vs if v.within >= WITHIN_SEEDS - 1e-9) / len(vs)
+        suite = []
+        if not within_ok >= WITHIN_LANDSCAPES - 1e-9:
+            suite.append(f"within {WITHIN}")
+        if med_r == med_r and not med_r <= 1 / 3 + 1e-9:
+            suite.append("vs random")
+        if med_b == med_b and not med_b < 1:
+            suite.append("vs best anchor")
+        print(f"   {group:<8} {len(vs):>3} {med_r:>11.2f} {med_b:>9.2f} "
+              f"{share(lambda v: 'vs random' not in v.misses):>13} {share(lambda v: 'vs best anchor' not in v.misses):>14} "
+              f"{within_ok:>10.0%} {share(lambda v: 'crash/NaN' not in v.misses):>11} {share(lambda v: not v.misses):>8} "
+              f"{_median([v.gpu_ratio for v in vs if v.gpu_ratio == v.gpu_ratio]):>13.2f}  "
+              + ("met" if not suite else "missed: " + ", ".join(suite)))
 
 
 # -- main ----------------------------------------------------------------------------------------------------
@@ -719,16 +913,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="processes (default 2)")
     parser.add_argument("--no-cache", action="store_true", help="search the optimum again, do not read or write "
                         ".cache/search_efficiency/")
+    parser.add_argument("--landscapes", choices=("shipped", "train", "test", "all"), default=None,
+                        help="generated landscapes (benchmarks/_landscapes.py): train = generator seeds 0.., test = "
+                             "1000.., all = shipped + train + test (default: the shipped profiles only)")
+    parser.add_argument("--landscape-count", type=int, default=30, metavar="N",
+                        help="generated landscapes per set (default 30)")
     parser.add_argument("--quick", action="store_true",
-                        help="CI smoke run: glm5-nvfp4-sm120 only, 2 seeds, 15 trials, a cheap optimum unless cached")
+                        help="CI smoke run: glm5-nvfp4-sm120 only (with --landscapes: 2 generated landscapes, 1 seed),"
+                             " 2 seeds, 15 trials, a cheap optimum unless cached")
     args = parser.parse_args(argv)
+    generated = generated_names(args.landscapes, args.landscape_count) if args.landscapes else []
+    if args.quick and generated:
+        generated, args.seeds = generated[:2], 1
     if args.quick:
-        args.profiles = args.profiles or ["glm5-nvfp4-sm120"]
         args.seeds, args.trials = min(args.seeds, 2), min(args.trials, 15)
-    names = args.profiles or profiles
+        if not generated:
+            args.profiles = args.profiles or ["glm5-nvfp4-sm120"]
+    shipped = args.profiles or (profiles if args.landscapes in (None, "shipped", "all") else [])
+    names = shipped + generated
     strategies, skipped = available_strategies(args.strategies)
     t0 = time.monotonic()
-    print(f"search efficiency: {len(names)} profile(s), strategies {', '.join(args.strategies)}, "
+    print(f"search efficiency: {len(names)} landscape(s), strategies {', '.join(args.strategies)}, "
           f"{args.seeds} seeds x {args.trials} trials")
     print("counting: a restart is a trial that launches a server (invalid_config and reused duplicates cost none);"
           f" not reaching {TARGET:.0%} counts as {args.trials + 1}, shown '>{args.trials}'")
@@ -766,6 +971,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         all_stats[name] = summarise(problem, results[name], optimum.value, args.trials)
         print_table(problem, optimum, all_stats[name], skipped, args.trials, args.seeds)
     print_summary(all_stats, args.trials)
+    print_overall(all_stats, args.trials)
     per = ", ".join(f"{s} {v:.0f} s" for s, v in seconds.items())
     print(f"\n(done in {time.monotonic() - t0:.0f} s; strategy time summed over processes: {per})")
     return 0

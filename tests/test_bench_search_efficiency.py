@@ -25,3 +25,39 @@ def test_quick_mode_prints_every_strategy() -> None:
         # A figure, or the reason the strategy could not run here (GP needs torch, SMAC the bench extra).
         assert "%" in row or "skipped:" in row, row
     assert "== Summary" in out and "glm5-nvfp4-sm120" in out.split("== Summary")[1]
+
+
+def test_quick_mode_on_generated_landscapes() -> None:
+    done = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--jobs", "1", "--landscapes", "test",
+                           "--strategies", "tpe", "random", "random-valid"], cwd=REPO,
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    for name in ("gen-1000", "gen-1001"):  # the first two test landscapes, each with its own table
+        table = out.split(f"== {name}:")[1].split("\n==")[0]
+        assert "generated landscape" in table and "optimum at:" in table
+        for label in ("tpe (tuner default)", "random", "random, valid only"):
+            assert any(line.strip().startswith(label) and "%" in line for line in table.splitlines()), table
+        assert name in out.split("== Summary")[1]
+    overall = out.split("== Overall")[1]
+    row = next(line for line in overall.splitlines() if line.strip().startswith("test"))
+    assert row.split()[1] == "2"  # two landscapes in the test set
+    assert "gen-0000" not in out  # the training landscapes stay out of a test run
+
+
+def test_gpu_seconds_follow_the_startup_model() -> None:
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import search_efficiency as se
+    problem = se.Problem("llama3-8b-h200")
+    base = dict(problem.space.baseline)
+
+    def cost(**change: object) -> float:
+        config = problem.space.config({**base, **change})
+        return problem.gpu_seconds(config, problem.measure(config, None))
+
+    ok = cost()
+    assert ok > problem.profile.startup.weight_load_s  # load, capture, then the probe
+    assert cost(**{"attention-backend": "trtllm_mha"}) < ok  # refused at kernel selection, before capture
+    assert cost(**{"disable-decode-cuda-graph": True}) < ok  # nothing captured (and a slower probe: still less)
+    bigger = cost(**{"cuda-graph-max-bs-decode": 256, "max-running-requests": 256})
+    assert bigger > cost(**{"cuda-graph-max-bs-decode": 16, "max-running-requests": 256})  # one capture per size

@@ -37,6 +37,35 @@ def kv_bytes_per_token_per_gpu(profile: Profile, knobs: Knobs) -> float:
     return total / min(attn_tp, model.kv_heads)
 
 
+# -- weights ------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class WeightSplit:
+    """Weights one GPU holds, GiB: the dense part (attention, shared layers, embeddings) and routed experts."""
+    dense_gb: float
+    expert_gb: float
+
+    @property
+    def total_gb(self) -> float:
+        return self.dense_gb + self.expert_gb
+
+
+def weight_split(profile: Profile, knobs: Knobs) -> WeightSplit:
+    """Per-GPU weights. Everything sharded is split over tp x pp. Experts stay so whatever ep is: SGLang's ep
+    ranks are a split of the tp group (moe_tp = tp / ep), so a rank holds 1/tp of the expert bytes either way,
+    as whole experts (ep) or slices of every expert (moe_tp). DP attention runs attention with tp / attn_dp
+    ranks per group, so each attention-DP rank holds the non-expert weights of a tp / attn_dp split: attn_dp
+    times the bytes of a plain tp split."""
+    model = profile.model
+    per_gpu = model.weight_gb_replicated + model.weight_gb_sharded / (knobs.tp * knobs.pp)
+    share = model.moe.expert_weight_fraction if model.moe else 0.0
+    expert, dense = per_gpu * share, per_gpu * (1.0 - share)
+    if knobs.attn_dp > 1:
+        # Only where attn_dp > 1, so that every figure without DP attention is what it was.
+        dense += model.weight_gb_sharded * (1.0 - share) / (knobs.tp * knobs.pp) * (min(knobs.attn_dp, knobs.tp) - 1)
+    return WeightSplit(dense, expert)
+
+
 # -- memory -------------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -83,7 +112,7 @@ def graph_memory_gb(profile: Profile, knobs: Knobs) -> float:
 def plan_memory(profile: Profile, knobs: Knobs) -> MemoryPlan:
     hw, model = profile.hardware, profile.model
     total = hw.memory_per_gpu_gb
-    weights = model.weight_gb_replicated + model.weight_gb_sharded / (knobs.tp * knobs.pp)
+    weights = weight_split(profile, knobs).total_gb
     before_load = total - hw.context_overhead_gb
     after_load = before_load - weights
     kvb = kv_bytes_per_token_per_gpu(profile, knobs)
@@ -151,10 +180,9 @@ class PerfModel:
         self.factor = speed_factor
         self.instant = hw.hbm_bandwidth_gbs <= 0  # the `instant` profile: no time passes at all
         tp, pp = knobs.tp, knobs.pp
-        weights = model.weight_gb_replicated + model.weight_gb_sharded / (tp * pp)
-        expert_share = model.moe.expert_weight_fraction if model.moe else 0.0
-        self.expert_gb = weights * expert_share
-        self.dense_gb = weights - self.expert_gb
+        split = weight_split(profile, knobs)
+        self.expert_gb, self.dense_gb = split.expert_gb, split.dense_gb
+        self.ep = max(1, min(knobs.ep, tp)) if model.moe else 1
         self.kvb = kv_bytes_per_token_per_gpu(profile, knobs)
         self.hbm = max(hw.hbm_bandwidth_gbs, 1e-9) * 1e9 * perf.hbm_efficiency
         gemm = perf.gemm_backends.get(knobs.gemm_backend, 1.0)
@@ -164,6 +192,8 @@ class PerfModel:
         self.attn_speed_decode = perf.attention_backends.get(knobs.decode_backend, 1.0)
         self.attn_speed_prefill = perf.attention_backends.get(knobs.prefill_backend, 1.0)
         self.moe_speed = perf.moe_efficiency * perf.moe_runner_backends.get(knobs.moe_runner, 1.0)
+        # Expert GEMMs on slices of experts (moe_tp = tp / ep ranks each) are thinner than on whole experts.
+        self.moe_speed *= perf.moe_slice_efficiency ** math.log2(max(1, tp // self.ep))
         self.n_allreduce = 2 * model.layers / pp
         self.kernels = model.layers / pp * model.kernels_per_layer
         self.topk = model.sparse_attention_topk
@@ -188,10 +218,26 @@ class PerfModel:
             return 0.0
         return 1.0 - (1.0 - moe.top_k / moe.experts) ** max(tokens, 0.0)
 
+    def alltoall_s(self, tokens: float) -> float:
+        """Dispatch + combine of one MoE layer over the ep ranks: each token's hidden state goes to its top_k
+        experts and comes back; (ep - 1) / ep of it leaves the GPU. Each rank sends its 1/tp share of the
+        tokens (an attention-DP group's own tokens, split over its attention-TP ranks). Two latencies per layer
+        where the all-reduce it replaces had one: EP costs at small batches and saves at large ones."""
+        hw, model = self.profile.hardware, self.profile.model
+        if self.ep <= 1 or model.moe is None:
+            return 0.0
+        local = tokens / self.knobs.tp
+        nbytes = local * model.hidden_size * 2.0 * model.moe.top_k * (self.ep - 1) / self.ep
+        return 2.0 * (hw.allreduce_latency_us * 1e-6 + nbytes / (hw.interconnect_bandwidth_gbs * 1e9))
+
     def _comm_s(self, tokens: float, in_graph: bool) -> float:
-        seconds = self.n_allreduce * self.allreduce_s(tokens * self.profile.model.hidden_size * 2.0, in_graph)
+        n_allreduce = self.n_allreduce
+        if self.ep > 1:
+            n_allreduce /= 2  # the MoE output is combined by the all-to-all, not all-reduced
+        seconds = n_allreduce * self.allreduce_s(tokens * self.profile.model.hidden_size * 2.0, in_graph)
         if self.knobs.attn_dp > 1:
             seconds *= self.profile.performance.dp_attention_comm_factor
+        seconds += self.profile.model.layers / self.knobs.pp * self.alltoall_s(tokens)
         if self.knobs.two_batch_overlap:
             seconds *= 0.6  # micro-batches hide part of the communication behind compute
         return seconds
@@ -284,7 +330,7 @@ class Phases:
 def startup_phases(profile: Profile, knobs: Knobs) -> Phases:
     st, model = profile.startup, profile.model
     total_weights = model.weight_gb_replicated + model.weight_gb_sharded
-    per_gpu = model.weight_gb_replicated + model.weight_gb_sharded / (knobs.tp * knobs.pp)
+    per_gpu = weight_split(profile, knobs).total_gb
     # weight_load_s is the time with the profile's full GPU count; ranks load their shards in parallel.
     reference = model.weight_gb_replicated + model.weight_gb_sharded / max(1, profile.hardware.gpu_count)
     load = st.weight_load_s * per_gpu / reference if total_weights > 0 and reference > 0 else 0.0

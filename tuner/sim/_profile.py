@@ -113,6 +113,8 @@ class Performance:
     scheduler_per_req_us: float = 12.0
     prefill_base_ms: float = 3.0
     dp_attention_comm_factor: float = 1.2  # all-gather + reduce-scatter instead of one all-reduce
+    # Speed of routed-expert GEMMs per halving of the expert slices (moe_tp = tp / ep): 1.0 = slicing is free.
+    moe_slice_efficiency: float = 1.0
 
 
 @dataclass(frozen=True)
