@@ -252,6 +252,9 @@ def _backends(rng: random.Random, gpu: Gpu, family: Family) -> tuple[dict, dict,
                     rule = _health_rule(rng, {"moe_runner": name}, f"MoE runner {name}")
                     if rule:
                         health.append(rule)
+        if gpu.link == "pcie":  # DeepEP's kernels need NVLink (or RDMA) between the GPUs
+            health.append({"when": {"moe_a2a": "deepep"}, "effect": "crash_on_start",
+                           "message": "RuntimeError: DeepEP requires NVLink or RDMA between GPUs; found PCIe"})
     # The space lists the backends that run here, plus one or two that do not (a person does not always know).
     refused = [n for n in ATTENTION if n not in offered_attn and kind in ATTENTION[n][2]]
     attn_choices = rng.sample(offered_attn, min(len(offered_attn), rng.randint(2, 4)))
@@ -375,7 +378,9 @@ def _space(rng: random.Random, name: str, family: Family, gpus: int, attn_choice
         pool.append(("moe-runner-backend", {"type": "categorical", "choices": moe_choices}, "auto"))
         if gpus > 1:
             pool += [("ep-size", {"type": "categorical", "choices": sizes}, 1),
-                     ("attn-dp-size", {"type": "categorical", "choices": sizes}, 1)]
+                     ("attn-dp-size", {"type": "categorical", "choices": sizes}, 1),
+                     # Tokens travel to their experts by all-to-all only with an a2a backend.
+                     ("moe-a2a-backend", {"type": "categorical", "choices": ["none", "deepep"]}, "none")]
     rng.shuffle(pool)
     want = rng.randint(6, 14)
     for flag, spec, base in pool:

@@ -183,6 +183,9 @@ class PerfModel:
         split = weight_split(profile, knobs)
         self.expert_gb, self.dense_gb = split.expert_gb, split.dense_gb
         self.ep = max(1, min(knobs.ep, tp)) if model.moe else 1
+        # Tokens travel by all-to-all only with an a2a backend (--moe-a2a-backend deepep, ...): without one,
+        # SGLang's EP MoE combines the experts' outputs by the same all-reduce as TP MoE.
+        self.alltoall = self.ep > 1 and knobs.moe_a2a != "none"
         self.kvb = kv_bytes_per_token_per_gpu(profile, knobs)
         self.hbm = max(hw.hbm_bandwidth_gbs, 1e-9) * 1e9 * perf.hbm_efficiency
         gemm = perf.gemm_backends.get(knobs.gemm_backend, 1.0)
@@ -224,7 +227,7 @@ class PerfModel:
         tokens (an attention-DP group's own tokens, split over its attention-TP ranks). Two latencies per layer
         where the all-reduce it replaces had one: EP costs at small batches and saves at large ones."""
         hw, model = self.profile.hardware, self.profile.model
-        if self.ep <= 1 or model.moe is None:
+        if not self.alltoall:
             return 0.0
         local = tokens / self.knobs.tp
         nbytes = local * model.hidden_size * 2.0 * model.moe.top_k * (self.ep - 1) / self.ep
@@ -232,7 +235,7 @@ class PerfModel:
 
     def _comm_s(self, tokens: float, in_graph: bool) -> float:
         n_allreduce = self.n_allreduce
-        if self.ep > 1:
+        if self.alltoall:
             n_allreduce /= 2  # the MoE output is combined by the all-to-all, not all-reduced
         seconds = n_allreduce * self.allreduce_s(tokens * self.profile.model.hidden_size * 2.0, in_graph)
         if self.knobs.attn_dp > 1:
