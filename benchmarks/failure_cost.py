@@ -174,9 +174,10 @@ def run_case(case: Case, repeats: int, startup_scale: float) -> Measured:
 
 
 # The tuner run in a process that reports its own peak memory when it ends.
-_MEASURED = ("import resource, runpy, sys\nsys.argv = ['tuner', *sys.argv[1:]]\ntry:\n"
+_MEASURED = ("import runpy, sys\nsys.argv = ['tuner', *sys.argv[1:]]\ntry:\n"
              "    runpy.run_module('tuner', run_name='__main__', alter_sys=True)\nfinally:\n"
-             "    print('PEAK_RSS_KB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n")
+             "    hwm = next(l for l in open('/proc/self/status') if l.startswith('VmHWM:')).split()[1]\n"
+             "    print('PEAK_RSS_KB', hwm, file=sys.stderr)\n")
 
 
 def _read_events(path: Path) -> dict[tuple[int, str], float]:

