@@ -23,15 +23,19 @@ class FailureKind(str, enum.Enum):
     CRASH_UNDER_LOAD = "crash_under_load"
     ERRORS_UNDER_LOAD = "errors_under_load"
     SLO_VIOLATION = "slo_violation"
+    # max_rate_under_slo: no tested rate met the SLO attainment (the message names the closest seen).
+    SLO_UNREACHABLE = "slo_unreachable"
     # Not the configuration's fault: never taught to the sampler as a bad region.
     INVALID_CONFIG = "invalid_config"
     INTERRUPTED = "interrupted"
     WORKER_DIED = "worker_died"
+    # The probe could not send at the rate asked for (open-loop levels): the client's limit, not the server's.
+    CLIENT_TOO_SLOW = "client_too_slow"
 
     @property
     def blames_config(self) -> bool:
         """Whether the sampler should learn to avoid the configuration that produced it."""
-        return self not in (FailureKind.INTERRUPTED, FailureKind.WORKER_DIED)
+        return self not in (FailureKind.INTERRUPTED, FailureKind.WORKER_DIED, FailureKind.CLIENT_TOO_SLOW)
 
     @property
     def is_correctness(self) -> bool:

@@ -125,7 +125,8 @@ def run_trial(ctx: TrialContext, plan: TrialPlan) -> TrialResult:
                                          alive=lambda: check_alive(server, watcher, "probe", ctx.cancel),
                                          objective_level=spec.objective.concurrency,
                                          on_progress=ctx.on_progress,
-                                         check_text=spec.gate.enabled("degenerate-text"))
+                                         check_text=spec.gate.enabled("degenerate-text"),
+                                         rate_search=spec.objective.rate_search)
             if spec.gate.recheck_after_load:
                 with stage("recheck"), _explained(server, watcher, "recheck"):
                     run_gate(client, engine, spec.gate, stage="recheck", vocab_size=vocab, quick=True)

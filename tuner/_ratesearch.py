@@ -1,0 +1,114 @@
+"""The `max_rate_under_slo` objective: within one trial, on the running server, the highest request rate
+whose SLO attainment meets the target.
+
+It starts at the request rate the closed-loop level measured (the server's throughput at that concurrency,
+near its capacity), brackets the answer by factors of `GROWTH` (up while rates pass, down while they fail),
+then bisects (geometric midpoint) until the lowest failing rate is within `precision` of the highest
+passing one. Every tested rate sends requests for `seconds-per-rate` seconds (at least `MIN_REQUESTS`),
+open-loop, and ends early once its verdict is certain (tuner/_probe.py, SloVerdict). A rate the client
+cannot keep is a ceiling of the search, not a fault of the server. The search stops at the per-trial
+budget; none passing down to `FLOOR` of the start means the SLO is met at no rate.
+
+`Bracket` is the decision alone (which rate next, when to stop), apart from the measuring.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+GROWTH = 1.5
+FLOOR = 1 / 64  # of the starting rate: below it the server is all but idle, and a miss is not about load
+MIN_REQUESTS = 20
+# Pruner steps of the rate search start here (below: the closed-loop levels' steps, tuner/_pruner.py).
+RATE_STEPS = 1_000_000
+
+
+@dataclass(frozen=True)
+class RateSearchSpec:
+    slo_ms: Mapping[str, float]  # SGLang's goodput SLOs: ttft, tpot, e2el (tuner/_goodput.py)
+    attainment: float = 0.99
+    precision: float = 0.05  # stop when the lowest failing rate <= (1 + precision) x the highest passing
+    budget: float = 600.0  # seconds for the whole search, per trial
+    seconds_per_rate: float = 30.0
+
+
+@dataclass(frozen=True)
+class RateStep:
+    rate: float
+    passed: bool
+    seconds: float
+    figures: Mapping[str, float]  # attainment (overall and per SLO), percentiles, goodput
+    note: str = ""  # "verdict early", "cut", "client too slow"
+
+    @property
+    def attainment(self) -> float:
+        return self.figures.get("slo_attainment", 0.0)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"rate": round(self.rate, 4), "passed": self.passed, "seconds": round(self.seconds, 3),
+                **({"note": self.note} if self.note else {}),
+                **{k: round(v, 4) for k, v in self.figures.items()}}
+
+
+@dataclass
+class Bracket:
+    start: float
+    precision: float
+    low: float | None = None  # highest passing rate
+    high: float | None = None  # lowest failing rate (or the client's limit)
+    tested: list[float] = field(default_factory=list)
+
+    def record(self, rate: float, passed: bool) -> None:
+        self.tested.append(rate)
+        if passed:
+            self.low = max(self.low or 0.0, rate)
+        else:
+            self.high = min(self.high or math.inf, rate)
+
+    def next_rate(self) -> float | None:
+        """The next rate to test, or None when done (precision reached, or nothing passes)."""
+        if not self.tested:
+            return self.start
+        if self.low is not None and self.high is not None:
+            if self.high <= self.low * (1 + self.precision):
+                return None
+            return math.sqrt(self.low * self.high)
+        if self.high is None:
+            return self.low * GROWTH
+        rate = self.high / GROWTH
+        return rate if rate >= self.start * FLOOR else None
+
+
+@dataclass(frozen=True)
+class RateSearchResult:
+    spec: RateSearchSpec
+    start: float
+    rate: float | None  # the highest rate that met the target; None: none did
+    upper: float | None  # the lowest that did not
+    steps: tuple[RateStep, ...]
+    seconds: float
+    stopped: str  # why the search ended: precision, budget, client, floor
+
+    @property
+    def closest(self) -> RateStep | None:
+        """The tested rate whose attainment came nearest the target (for a configuration that met it nowhere)."""
+        return max(self.steps, key=lambda s: (s.attainment, -s.rate), default=None)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"rate": self.rate, "upper": self.upper, "start": round(self.start, 4), "stopped": self.stopped,
+                "seconds": round(self.seconds, 3), "slo_ms": dict(self.spec.slo_ms),
+                "attainment_target": self.spec.attainment, "steps": [s.as_dict() for s in self.steps]}
+
+    def table(self) -> str:
+        """One line per tested rate, for notes and failure evidence."""
+        return "\n".join(f"rate {s.rate:8.3f}/s  attainment {s.attainment:6.1%}  "
+                         f"p99 TTFT {s.figures.get('p99_ttft_ms', 0):8.0f} ms  "
+                         f"{'met' if s.passed else 'missed'}{'  (' + s.note + ')' if s.note else ''}"
+                         for s in self.steps)
+
+
+def slo_text(slo_ms: Mapping[str, float]) -> str:
+    return " ".join(f"{name}<={limit:g}ms" for name, limit in slo_ms.items())
