@@ -172,19 +172,24 @@ JUDGE_AFTER_S = 5.0
 def run_probe(base_url: str, headers: Mapping[str, str], engine: Engine, spec: ProbeSpec,
               alive: Callable[[], None], objective_level: int | None = None,
               on_progress: Progress | None = None, check_text: bool = True,
-              rate_search: RateSearchSpec | None = None) -> ProbeResult:
+              rate_search: RateSearchSpec | None = None, goodput_slo: Mapping[str, float] | None = None
+              ) -> ProbeResult:
     """Measure every concurrency level, then every rate level, then (with `rate_search`) search the highest
-    rate that meets the SLO. `alive()` raises the trial's failure if the server died.
+    rate that meets the SLO. `alive()` raises the trial's failure if the server died. Rate levels report
+    goodput against `goodput_slo` (default: the search's SLOs).
 
     NaN logprobs always fail the trial; degenerate text only with `check_text` (random weights write
     nothing but symbols, and a space for them turns the check off)."""
+    if goodput_slo is None and rate_search is not None:
+        goodput_slo = rate_search.slo_ms
     return asyncio.run(_probe(base_url, headers, engine, spec, alive, objective_level, on_progress, check_text,
-                              rate_search))
+                              rate_search, goodput_slo))
 
 
 async def _probe(base_url: str, headers: Mapping[str, str], engine: Engine, spec: ProbeSpec,
                  alive: Callable[[], None], objective_level: int | None, on_progress: Progress | None,
-                 check_text: bool, rate_search: RateSearchSpec | None) -> ProbeResult:
+                 check_text: bool, rate_search: RateSearchSpec | None,
+                 goodput_slo: Mapping[str, float] | None) -> ProbeResult:
     t0 = time.monotonic()
     deadline = time.perf_counter() + spec.time_budget
     # Not httpx: its per-chunk cost capped what one core could measure (see tuner/_stream_client.py).
@@ -207,7 +212,7 @@ async def _probe(base_url: str, headers: Mapping[str, str], engine: Engine, spec
 
             if spec.check_tokens:
                 await _race(watch, _check_wave(client, engine, spec, check_text, share()))
-            target = objective_level if objective_level is not None else max(spec.concurrency)
+            target = objective_level if objective_level is not None else max(spec.concurrency, default=None)
             levels = []
             for step_base, conc in enumerate(spec.concurrency):
                 work = make_workload(spec, spec.requests, salt=conc)
@@ -215,7 +220,7 @@ async def _probe(base_url: str, headers: Mapping[str, str], engine: Engine, spec
                 report = on_progress if conc == target and rate_search is None else None
                 levels.append(await _race(watch, _level(client, engine, spec, conc, work, report, step_base,
                                                           check_text, share())))
-            slo = SloVerdict(rate_search.slo_ms, rate_search.attainment) if rate_search else None
+            slo = SloVerdict(goodput_slo, None) if goodput_slo else None  # measured, never an early stop
             for i, rate in enumerate(spec.rates):
                 work = make_workload(spec, spec.requests, salt=-10 - i)
                 arrivals = OpenLoop(rate, send_offsets(len(work), rate, spec.burstiness, spec.seed), spec.max_in_flight)
@@ -314,7 +319,7 @@ async def _check_wave(client: StreamClient, engine: Engine, spec: ProbeSpec, che
     vLLM's CPU build decoded up to 12% slower (benchmarks/probe_vs_vllm_bench.py). The first such request
     also costs seconds once in vLLM (a kernel compiled), which belongs here, not in a timed p99 TTFT.
     """
-    concurrency = max(spec.concurrency)
+    concurrency = max(spec.concurrency, default=spec.max_in_flight or 1)
     work = [WorkItem(w.prompt, min(spec.check_tokens, w.output_len))
             for w in make_workload(spec, concurrency, salt=-2)]
     await _level(client, engine, spec, concurrency, work, None, 0, check_text, deadline, logprobs=True)
@@ -331,10 +336,11 @@ class OpenLoop:
 
 @dataclass(frozen=True)
 class SloVerdict:
-    """End a level as soon as more requests than `1 - attainment` allows can no longer meet `slo_ms`."""
+    """Goodput against `slo_ms`; with `attainment`, the level ends as soon as more requests than
+    `1 - attainment` allows can no longer meet them."""
 
     slo_ms: Mapping[str, float]
-    attainment: float
+    attainment: float | None
 
 
 async def _level(client: StreamClient, engine: Engine, spec: ProbeSpec, concurrency: int,
@@ -351,14 +357,14 @@ async def _level(client: StreamClient, engine: Engine, spec: ProbeSpec, concurre
     errors = 0
     pruned = cut = missed = False
     reported = 0
-    allowed_bad = (1 - slo.attainment) * len(work) + 1e-9 if slo else math.inf
+    allowed_bad = (1 - slo.attainment) * len(work) + 1e-9 if slo and slo.attainment is not None else math.inf
     finished_bad = 0
 
     def judge(streaming_too: bool) -> None:
         """End the level once the SLO verdict is certain: more requests than the attainment allows are
         finished and not good, or (on the ticker's scan) still streaming and past saving."""
         nonlocal missed
-        if slo is None or missed:
+        if allowed_bad == math.inf or missed:
             return
         bad = finished_bad
         if streaming_too:
