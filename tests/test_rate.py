@@ -130,12 +130,14 @@ def test_slo_met_at_no_rate_is_infeasible_with_the_closest_attainment(tuner):
     assert t.user_attrs["failure_kind"] == "slo_unreachable"
     assert "closest: 0.0%" in t.user_attrs["failure_message"]
     assert "missed" in t.user_attrs["failure_evidence"]  # the table of tested rates
+    assert all(not step["passed"] for step in t.user_attrs["rate_search"]["steps"])
     assert tuner.leftovers() == {}
 
 
 def test_max_rate_under_slo_end_to_end_on_the_8b_profile(tuner):
     """The simulated 8B server has a finite capacity: the search brackets it, every tested rate is kept,
-    the pruner heard each, and the note shows them."""
+    the pruner heard each, the note shows them; the report draws the curves, export states the SLO and the
+    rate, confirm searches again on a fresh server."""
     space = tuner.space(instant_space("rate8b", model="meta-llama/Llama-3.1-8B-Instruct", concurrency=32,
                                       requests=64, input_len=256, output_len=32, probe_timeout=20, stall_timeout=30)
                         + RATE_OBJECTIVE.format(slo="{ttft: 400, tpot: 40}"))
@@ -154,6 +156,19 @@ def test_max_rate_under_slo_end_to_end_on_the_8b_profile(tuner):
     assert len(t.intermediate_values) == len(steps)  # each tested rate reported to the pruner
     note = get_note(tuner.study("rate8b"), t)
     assert "Highest rate under the SLO" in note and f"rate {steps[0]['rate']:8.3f}/s" in note
+
+    speed = {"TUNER_SIM_TIME_SCALE": "0.1"}
+    assert tuner.run("report", env=speed).returncode == 0
+    assert (tuner.folder / "report" / "rates.png").stat().st_size > 0
+    assert "SLO attainment and p99 TTFT against request rate" in (tuner.folder / "report" / "index.html").read_text()
+    assert tuner.run("export", "--out", "best.yaml").returncode == 0
+    header = (tuner.folder / "best.yaml").read_text()
+    assert "# SLO: ttft<=400ms tpot<=40ms for 90.0% of requests" in header
+    assert f"# sustained {t.value:.3g} requests/s under it" in header
+    done = tuner.run("confirm", "--top", "1", "--repeats", "1", env=speed)
+    assert done.returncode == 0, done.stderr
+    again = tuner.study("rate8b").user_attrs["confirmations"]["0"]
+    assert not again["failures"] and 0.5 * t.value < again["values"][0] < 2 * t.value
 
 
 @pytest.mark.parametrize("objective, expected", [

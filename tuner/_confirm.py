@@ -82,7 +82,8 @@ def confirm(storage: str, study_name: str | None, top: int, repeats: int, workdi
             result = run_trial(ctx, TrialPlan(t.number, config, folder, free_port(spec.server.host),
                                               reference=study.user_attrs.get("reference")))
             if result.ok:
-                values.append(result.probe.level(spec.objective.concurrency).metric(metric))
+                # max_rate_under_slo: run_trial searched the rate again on the fresh server.
+                values.append(result.probe.value(metric, spec.objective.concurrency))
             else:
                 failures.append(result.failure.kind.value if result.failure else "stopped")
             print(f"trial {t.number} repeat {r + 1}/{repeats}: "

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 
 class FailureKind(str, enum.Enum):
@@ -50,12 +52,14 @@ _CORRECTNESS = frozenset(
 class TrialFailure(Exception):
     """Ends one trial: what went wrong, in which stage, and the evidence for it."""
 
-    def __init__(self, kind: FailureKind, message: str, evidence: str = "", stage: str = "") -> None:
+    def __init__(self, kind: FailureKind, message: str, evidence: str = "", stage: str = "",
+                 attrs: Mapping[str, Any] | None = None) -> None:
         super().__init__(f"{kind.value}: {message}")
         self.kind = kind
         self.message = message
         self.evidence = evidence
         self.stage = stage
+        self.attrs = dict(attrs or {})  # figures measured before the failure, kept as trial attributes
 
 
 @dataclass(frozen=True)
@@ -64,7 +68,8 @@ class FailureRecord:
     message: str
     evidence: str
     stage: str
+    attrs: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_exception(cls, exc: TrialFailure) -> FailureRecord:
-        return cls(exc.kind, exc.message, exc.evidence, exc.stage)
+        return cls(exc.kind, exc.message, exc.evidence, exc.stage, exc.attrs)

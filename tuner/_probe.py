@@ -29,20 +29,9 @@ from ._goodput import certainly_bad, goodput, is_good, steady_output_throughput
 from ._ratesearch import MIN_REQUESTS, RATE_STEPS, Bracket, RateSearchResult, RateSearchSpec, RateStep, slo_text
 from ._spec import ProbeSpec
 from ._stream_client import StreamClient, StreamError, StreamTimeout
+from ._workloads import WorkItem, make_workload
 from ._textcheck import degenerate_reason, nan_positions
 from .engines import Engine
-
-# A handful of ordinary words: a real tokenizer spends about one token on each.
-_WORDS = ("the of and to in is for on that with as by at from it this be are was or an have not but can "
-          "all new more one time data system model power city water light music river table market green "
-          "paper number people world house story night point state small large early").split()
-
-
-@dataclass(frozen=True)
-class WorkItem:
-    prompt: str
-    output_len: int
-
 
 @dataclass
 class RequestResult:
@@ -119,42 +108,6 @@ class ProbeResult:
         if name == "max_rate_under_slo":
             return float(self.rate_search.rate) if self.rate_search and self.rate_search.rate is not None else 0.0
         return self.level(concurrency).metric(name)
-
-
-def make_workload(spec: ProbeSpec, n: int, salt: int = 0) -> list[WorkItem]:
-    """Seeded prompts: the same spec gives every trial the same requests."""
-    rng = random.Random(spec.seed * 1_000_003 + salt)
-    if spec.dataset:
-        rows = [json.loads(line) for line in Path(spec.dataset).read_text().splitlines() if line.strip()]
-        picks = _without_replacement(rng, rows, n)
-        return [WorkItem(str(r["prompt"]), int(r.get("output_len", spec.output_len))) for r in picks]
-    items = []
-    for i in range(n):
-        in_len = _jitter(rng, spec.input_len, spec.len_jitter)
-        out_len = _jitter(rng, spec.output_len, spec.len_jitter)
-        words = [f"{i}:"] + [rng.choice(_WORDS) for _ in range(max(0, in_len - 1))]
-        items.append(WorkItem(" ".join(words), out_len))
-    return items
-
-
-def _without_replacement(rng: random.Random, rows: Sequence[Any], n: int) -> list[Any]:
-    """`n` rows in a seeded order, each row once before any repeats (as bench_serving and vLLM's client
-    sample). Drawing with replacement repeated about a third of the prompts when `n` equals the dataset's
-    size, and a repeated prompt's prefill comes from the prefix cache: cheaper than the workload says."""
-    if not rows and n > 0:
-        raise ValueError("the probe's dataset has no prompts")
-    picks: list[Any] = []
-    while len(picks) < n:
-        order = list(rows)
-        rng.shuffle(order)
-        picks.extend(order[:n - len(picks)])
-    return picks
-
-
-def _jitter(rng: random.Random, mean: int, ratio: float) -> int:
-    if ratio <= 0:
-        return mean
-    return max(1, int(rng.uniform(mean * (1 - ratio), mean * (1 + ratio))))
 
 
 Progress = Callable[[int, float], bool]  # (step, throughput so far) -> stop?
@@ -288,7 +241,7 @@ async def _search_rate(client: StreamClient, engine: Engine, spec: ProbeSpec, se
                            + (f"(closest: {closest.attainment:.1%} at {closest.rate:.3g}/s, "
                               f"{len(steps)} rates tested, search ended: {stopped})" if closest else
                               "(no rate fit in objective.search-budget)"),
-                           result.table(), "probe")
+                           result.table(), "probe", {"rate_search": result.as_dict()})
     return result
 
 

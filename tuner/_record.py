@@ -41,6 +41,7 @@ def trial_attrs(result: TrialResult, spec: Spec, extra: Mapping[str, Any] | None
         attrs["failure_message"] = failure.message
         attrs["failure_stage"] = failure.stage
         attrs["failure_evidence"] = failure.evidence[-3000:]
+        attrs.update(failure.attrs)
     if result.stopped_early:
         attrs["stopped_early"] = "pruner stopped the probe: slower than earlier trials at the same point"
     if result.gate:

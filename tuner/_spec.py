@@ -66,6 +66,15 @@ class GateSpec:
 
 
 @dataclass(frozen=True)
+class SharedPrefix:
+    """bench_serving's generated-shared-prefix workload: a few long system prompts shared by many requests."""
+
+    groups: int = 4
+    system_prompt_len: int = 2048
+    question_len: int = 128
+
+
+@dataclass(frozen=True)
 class ProbeSpec:
     concurrency: tuple[int, ...] = (64,)
     requests: int = 128
@@ -75,6 +84,8 @@ class ProbeSpec:
     warmup: int = 2
     seed: int = 0
     dataset: str | None = None
+    dataset_format: str = "jsonl"  # or sharegpt (tuner/_workloads.py)
+    shared_prefix: SharedPrefix | None = None
     request_timeout: float = 600.0
     max_error_rate: float = 0.0
     # Output tokens of each request of the untimed check wave (0: none); see tuner/_probe.py.
@@ -271,7 +282,8 @@ def _parse_probe(s: Section) -> ProbeSpec:
         max_error_rate=s.get("max-error-rate", float, 0.0), check_tokens=s.get("check-tokens", int, 32),
         time_budget=s.get("time-budget", float, 1800.0), rates=tuple(float(r) for r in rates),
         burstiness=s.get("burstiness", float, 1.0), max_in_flight=s.get("max-in-flight", int, None),
-        max_send_lateness=s.get("max-send-lateness", float, 0.05))
+        max_send_lateness=s.get("max-send-lateness", float, 0.05),
+        dataset_format=s.get("dataset-format", str, "jsonl"), shared_prefix=_parse_shared_prefix(s))
     for key, value in (("requests", probe.requests), ("input-len", probe.input_len),
                        ("output-len", probe.output_len)):
         if value < 1:
@@ -288,10 +300,51 @@ def _parse_probe(s: Section) -> ProbeSpec:
         raise SpaceError(s.child("check-tokens"), "must not be negative", "give 32, say, or 0 for no check wave")
     if not 0 <= probe.len_jitter < 1:
         raise SpaceError(s.child("len-jitter"), "must be in [0, 1)", "give a fraction such as 0.5")
-    if probe.dataset and not Path(probe.dataset).is_file():
-        raise SpaceError(s.child("dataset"), f"{probe.dataset} does not exist", "give a JSONL file of prompts")
+    if probe.dataset_format not in DATASET_FORMATS:
+        raise SpaceError(s.child("dataset-format"), f"unknown format '{probe.dataset_format}'",
+                         did_you_mean(probe.dataset_format, DATASET_FORMATS) or "use jsonl or sharegpt")
+    if probe.dataset:
+        if probe.shared_prefix:
+            raise SpaceError(s.child("shared-prefix"), "cannot be used with probe.dataset",
+                             "drop one of them: the shared-prefix workload makes its own prompts")
+        _check_dataset(probe, s.child("dataset"))
     s.done()
     return probe
+
+
+DATASET_FORMATS = ("jsonl", "sharegpt")
+
+
+def _parse_shared_prefix(s: Section) -> SharedPrefix | None:
+    if s.data.get("shared-prefix") is None:
+        s.get("shared-prefix", dict, None)
+        return None
+    sp = s.section("shared-prefix")
+    parsed = SharedPrefix(sp.get("groups", int, 4), sp.get("system-prompt-len", int, 2048),
+                          sp.get("question-len", int, 128))
+    for key, value in (("groups", parsed.groups), ("system-prompt-len", parsed.system_prompt_len),
+                       ("question-len", parsed.question_len)):
+        if value < 1:
+            raise SpaceError(sp.child(key), "must be at least 1", "give a positive number")
+    sp.done()
+    return parsed
+
+
+def _check_dataset(probe: ProbeSpec, path: str) -> None:
+    """The file is read now, so that a missing or malformed one is refused before anything is launched."""
+    from ._workloads import load_rows  # the workloads module reads ProbeSpec from here
+
+    if not Path(probe.dataset).is_file():
+        raise SpaceError(path, f"{probe.dataset} does not exist",
+                         "give a local JSONL file of prompts, or a ShareGPT JSON file with dataset-format: sharegpt")
+    try:
+        rows = load_rows(probe.dataset, probe.dataset_format, probe.output_len)
+    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as exc:
+        raise SpaceError(path, f"{probe.dataset} is not a {probe.dataset_format} dataset ({str(exc)[:80]})",
+                         "check probe.dataset-format (jsonl or sharegpt) and the file") from None
+    if not rows:
+        raise SpaceError(path, f"{probe.dataset} has no usable prompts",
+                         "ShareGPT rows need two turns; JSONL rows need a 'prompt'")
 
 
 def _parse_objective(s: Section, probe: ProbeSpec) -> Objective:
