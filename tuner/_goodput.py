@@ -62,6 +62,15 @@ def certainly_bad(r: Timed, expected_tokens: int, elapsed: float, slo_ms: Mappin
     return False
 
 
+def good_latency_bound(slo_ms: Mapping[str, float], output_len: int) -> float | None:
+    """Seconds after its scheduled send past which a request of `output_len` tokens still streaming cannot
+    be good (see certainly_bad); None when the SLOs bound no latency (a TPOT or TTFT limit alone)."""
+    bounds = [slo_ms["e2el"]] if "e2el" in slo_ms else []
+    if "ttft" in slo_ms and "tpot" in slo_ms:
+        bounds.append(slo_ms["ttft"] + slo_ms["tpot"] * max(output_len - 1, 0))
+    return min(bounds) / 1000.0 if bounds else None
+
+
 def goodput(results: Sequence[Timed], slo_ms: Mapping[str, float], duration: float) -> dict[str, float]:
     """`request_goodput` (good requests/s), `slo_attainment`, and `slo_attainment_<metric>` for each SLO."""
     sent = [r for r in results if r.started]

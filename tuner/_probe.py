@@ -25,7 +25,7 @@ import httpx
 
 from ._failures import FailureKind, TrialFailure
 from ._arrivals import send_offsets
-from ._goodput import certainly_bad, goodput, is_good, steady_output_throughput
+from ._goodput import certainly_bad, good_latency_bound, goodput, is_good, steady_output_throughput
 from ._ratesearch import MIN_REQUESTS, RATE_STEPS, Bracket, RateSearchResult, RateSearchSpec, RateStep, slo_text
 from ._spec import ProbeSpec
 from ._stream_client import StreamClient, StreamError, StreamTimeout
@@ -207,8 +207,10 @@ async def _search_rate(client: StreamClient, engine: Engine, spec: ProbeSpec, se
         # does not find the previous rate's prompts in the prefix cache.
         work = make_workload(spec, n, salt=RATE_STEPS + len(steps))
         offsets = send_offsets(n, rate, spec.burstiness, spec.seed + len(steps))
-        # Arrivals span about seconds-per-rate; as long again to drain, then what still streams counts as missed.
-        step_deadline = min(deadline, time.perf_counter() + offsets[-1] + search.seconds_per_rate)
+        # Arrivals span about seconds-per-rate; then as long as a good request can take, after which whatever
+        # still streams is past saving.
+        longest = good_latency_bound(search.slo_ms, max(w.output_len for w in work)) or spec.request_timeout
+        step_deadline = min(deadline, time.perf_counter() + offsets[-1] + min(longest, spec.request_timeout) + 0.5)
         t_step = time.perf_counter()
         try:
             level = await _level(client, engine, spec, 0, work, None, 0, check_text, step_deadline,
@@ -223,6 +225,12 @@ async def _search_rate(client: StreamClient, engine: Engine, spec: ProbeSpec, se
             # What lies above is past what this client can offer: the search ends with what passed.
             figures, passed, note, stopped = {}, False, "client too slow", "client"
         steps.append(RateStep(rate, passed, time.perf_counter() - t_step, figures, note))
+        if note == "verdict early":
+            # The requests abandoned at the verdict may still be queued in the server (one notices a client
+            # gone only when it writes to it): give it as long to drain as the step ran, so that the next
+            # rate starts on an idle server. A backlog built at rate r over that time drains within it for
+            # r < 2x capacity, which is where the bracket and bisection test.
+            await asyncio.sleep(min(steps[-1].seconds, max(0.0, deadline - time.perf_counter())))
         bracket.record(rate, passed)
         # The pruner hears the lowest failing rate: no configuration can end above it, so once it is at or
         # below the best trial's rate this one cannot win (tuner/_pruner.py).
@@ -416,7 +424,12 @@ async def _level(client: StreamClient, engine: Engine, spec: ProbeSpec, concurre
                                f"{spec.max_send_lateness * 1000:.0f} ms); the client, not the server, is the limit",
                                "", "probe")
     if slo is not None:
-        # Requests still streaming at a cut or an early verdict count as sent and not good.
+        # At a cut, requests still streaming count as sent and not good; at an early verdict only those
+        # already past saving do, and those still undecided are left out.
+        if missed:
+            now = time.perf_counter()
+            streaming = [r for r, item in zip(results, work) if r.started and not (r.ok or r.error)
+                         and certainly_bad(r, item.output_len, now - r.sent_at, slo.slo_ms)]
         extra.update(goodput([*finished, *streaming], slo.slo_ms, duration))
         extra["slo_missed_early"] = float(missed)
     return dataclasses.replace(metrics, rate=open_loop.rate if open_loop else None,
