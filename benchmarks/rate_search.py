@@ -23,6 +23,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 from sim.simproc import SimFactory, quick_start_profile  # noqa: E402
 
+from tuner._failures import TrialFailure  # noqa: E402
 from tuner._probe import run_probe  # noqa: E402
 from tuner._ratesearch import RateSearchSpec, slo_text  # noqa: E402
 from tuner._spec import ProbeSpec  # noqa: E402
@@ -43,9 +44,14 @@ def probe(url: str, rate_search: RateSearchSpec | None = None, **kw):
 
 
 def full_rate(url: str, rate: float, seconds: float) -> tuple[float, float]:
-    """(attainment, seconds taken) of `rate` run to its end, as a sweep runs each rate."""
+    """(attainment, seconds taken) of `rate` run to its end, as a sweep runs each rate; a rate this machine
+    cannot send counts as missed."""
     t0 = time.monotonic()
-    level = probe(url, requests=max(20, round(rate * seconds)), rates=(rate,)).levels[-1]
+    try:
+        level = probe(url, requests=max(20, round(rate * seconds)), rates=(rate,)).levels[-1]
+    except TrialFailure as exc:
+        print(f"  rate {rate:8.2f}/s  {exc.kind.value}")
+        return 0.0, time.monotonic() - t0
     return level.extra["slo_attainment"], time.monotonic() - t0
 
 
@@ -57,8 +63,10 @@ def main() -> None:
     parser.add_argument("--sweep-seconds", type=float, default=15.0)
     parser.add_argument("--sweep-step", type=float, default=0.02, help="of the found rate")
     args = parser.parse_args()
+    sweep_steps = range(-4, 21)
     if args.quick:
-        args.seconds_per_rate, args.sweep_seconds, args.sweep_step = 1.0, 2.0, 0.1
+        args.seconds_per_rate, args.sweep_seconds, args.sweep_step, args.precision = 1.0, 2.0, 0.1, 0.25
+        sweep_steps = range(-1, 2)
     folder = Path(tempfile.mkdtemp(prefix="rate-search-"))
     factory = SimFactory(folder)
     try:
@@ -76,7 +84,7 @@ def main() -> None:
 
         print(f"\nslow sweep ({args.sweep_seconds:g} s per rate, steps of {args.sweep_step:.0%}):")
         capacity, sweep_s, misses = None, 0.0, 0
-        for k in range(-4, 21):  # upwards from 4 steps below the found rate until two misses in a row
+        for k in sweep_steps:  # upwards from 4 steps below the found rate until two misses in a row
             rate = found.rate * (1 + k * args.sweep_step)
             att, sec = full_rate(sim.url, rate, args.sweep_seconds)
             sweep_s += sec
@@ -84,11 +92,12 @@ def main() -> None:
             capacity, misses = (rate, 0) if att >= ATTAINMENT else (capacity, misses + 1)
             if misses >= 2 and capacity is not None:
                 break
+        capacity = capacity or found.rate  # (a quick run's sweep may meet nothing)
         print(f"capacity at the SLO: {capacity:.2f} req/s (sweep took {sweep_s:.0f} s)")
 
         print(f"\nlinear sweep as vllm bench sweep ({args.seconds_per_rate:g} s per rate, "
               f"steps of {args.precision:.0%} of the start {found.start:.1f}/s):")
-        linear_s, n, last_met = 0.0, 0, None
+        linear_s, n, last_met = 0.0, 0, 0.0
         while True:
             n += 1
             rate = found.start * args.precision * n

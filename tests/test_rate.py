@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import statistics
 
 import pytest
@@ -15,7 +14,7 @@ from tuner._arrivals import send_offsets
 from tuner._failures import TrialFailure
 from tuner._goodput import goodput, steady_output_throughput
 from tuner._probe import RequestResult, run_probe
-from tuner._ratesearch import Bracket, RateSearchSpec
+from tuner._ratesearch import Bracket
 from tuner._spec import ProbeSpec
 from tuner.engines import get_engine
 

@@ -62,6 +62,10 @@ class TrialFailure(Exception):
         self.attrs = dict(attrs or {})  # figures measured before the failure, kept as trial attributes
 
 
+class ProbeStopped(Exception):
+    """The pruner stopped the probe early: the trial was slower than others, not broken."""
+
+
 @dataclass(frozen=True)
 class FailureRecord:
     kind: FailureKind

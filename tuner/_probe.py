@@ -14,23 +14,21 @@ import contextlib
 import dataclasses
 import json
 import math
-import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
 
-from ._failures import FailureKind, TrialFailure
 from ._arrivals import send_offsets
+from ._failures import FailureKind, ProbeStopped, TrialFailure
 from ._goodput import certainly_bad, good_latency_bound, goodput, is_good, steady_output_throughput
-from ._ratesearch import MIN_REQUESTS, RATE_STEPS, Bracket, RateSearchResult, RateSearchSpec, RateStep, slo_text
+from ._ratesearch import MIN_REQUESTS, RATE_STEPS, Measure, RateSearchResult, RateSearchSpec, RateStep, search_rate
 from ._spec import ProbeSpec
 from ._stream_client import StreamClient, StreamError, StreamTimeout
-from ._workloads import WorkItem, make_workload
 from ._textcheck import degenerate_reason, nan_positions
+from ._workloads import WorkItem, make_workload
 from .engines import Engine
 
 @dataclass
@@ -84,16 +82,11 @@ class LevelMetrics:
         d.update(self.extra)
         return d
 
-    @property
-    def label(self) -> str:
-        return f"concurrency {self.concurrency}" if self.rate is None else f"rate {self.rate:g}/s"
-
 
 @dataclass(frozen=True)
 class ProbeResult:
     seconds: float
     levels: tuple[LevelMetrics, ...]
-
     rate_search: RateSearchResult | None = None
 
     def level(self, concurrency: int | None) -> LevelMetrics:
@@ -182,75 +175,39 @@ async def _probe(base_url: str, headers: Mapping[str, str], engine: Engine, spec
             found = None
             if rate_search is not None:
                 start = next(m for m in levels if m.rate is None and m.concurrency == target).request_throughput
-                found = await _race(watch, _search_rate(client, engine, spec, rate_search, start, on_progress,
-                                                        check_text))
+                found = await _race(watch, search_rate(rate_search, start, on_progress,
+                                                        _rate_step(client, engine, spec, rate_search, check_text)))
         finally:
             watch.cancel()
     return ProbeResult(time.monotonic() - t0, tuple(levels), found)
 
 
-async def _search_rate(client: StreamClient, engine: Engine, spec: ProbeSpec, search: RateSearchSpec,
-                       start: float, report: Progress | None, check_text: bool) -> RateSearchResult:
-    """The highest rate that meets the SLO, on this server, without a restart (tuner/_ratesearch.py)."""
-    t0 = time.perf_counter()
-    deadline = t0 + search.budget
-    bracket = Bracket(max(start, 1e-3), search.precision)
-    steps: list[RateStep] = []
-    stopped = "floor"
+def _rate_step(client: StreamClient, engine: Engine, spec: ProbeSpec, search: RateSearchSpec,
+               check_text: bool) -> Measure:
+    """How the rate search measures one rate on this server: open-loop arrivals for seconds-per-rate, the
+    verdict as soon as it is certain."""
     slo = SloVerdict(search.slo_ms, search.attainment)
-    while (rate := bracket.next_rate()) is not None:
-        if deadline - time.perf_counter() < search.seconds_per_rate:
-            stopped = "budget"
-            break
+
+    async def measure(rate: float, index: int, deadline: float) -> RateStep:
         n = max(MIN_REQUESTS, math.ceil(rate * search.seconds_per_rate))
         # The same prompts for the n-th tested rate of every trial; new ones for each rate, so that a rate
         # does not find the previous rate's prompts in the prefix cache.
-        work = make_workload(spec, n, salt=RATE_STEPS + len(steps))
-        offsets = send_offsets(n, rate, spec.burstiness, spec.seed + len(steps))
-        # Arrivals span about seconds-per-rate; then as long as a good request can take, after which whatever
-        # still streams is past saving.
-        longest = good_latency_bound(search.slo_ms, max(w.output_len for w in work)) or spec.request_timeout
-        step_deadline = min(deadline, time.perf_counter() + offsets[-1] + min(longest, spec.request_timeout) + 0.5)
-        t_step = time.perf_counter()
-        try:
-            level = await _level(client, engine, spec, 0, work, None, 0, check_text, step_deadline,
-                                 open_loop=OpenLoop(rate, offsets, spec.max_in_flight), slo=slo)
-            figures = {k: v for k, v in {**level.latency_ms, **level.extra}.items()
-                       if k.startswith(("slo_", "request_goodput", "send_lateness_p90", "p99_", "median_"))}
-            passed = level.extra["slo_attainment"] >= search.attainment
-            note = "verdict early" if level.extra.get("slo_missed_early") else "cut" if level.cut else ""
-        except TrialFailure as failure:
-            if failure.kind is not FailureKind.CLIENT_TOO_SLOW or bracket.low is None:
-                raise
-            # What lies above is past what this client can offer: the search ends with what passed.
-            figures, passed, note, stopped = {}, False, "client too slow", "client"
-        steps.append(RateStep(rate, passed, time.perf_counter() - t_step, figures, note))
-        if note == "verdict early":
-            # The requests abandoned at the verdict may still be queued in the server (one notices a client
-            # gone only when it writes to it): give it as long to drain as the step ran, so that the next
-            # rate starts on an idle server. A backlog built at rate r over that time drains within it for
-            # r < 2x capacity, which is where the bracket and bisection test.
-            await asyncio.sleep(min(steps[-1].seconds, max(0.0, deadline - time.perf_counter())))
-        bracket.record(rate, passed)
-        # The pruner hears the lowest failing rate: no configuration can end above it, so once it is at or
-        # below the best trial's rate this one cannot win (tuner/_pruner.py).
-        if report is not None and report(RATE_STEPS + len(steps), bracket.high or math.inf):
-            raise ProbeStopped()
-        if stopped == "client":
-            break
-    else:
-        stopped = "precision" if bracket.low is not None else "floor"
-    result = RateSearchResult(search, start, bracket.low, bracket.high, tuple(steps), time.perf_counter() - t0,
-                              stopped)
-    if result.rate is None:
-        closest = result.closest
-        raise TrialFailure(FailureKind.SLO_UNREACHABLE,
-                           f"no tested rate met {slo_text(search.slo_ms)} for {search.attainment:.1%} of requests "
-                           + (f"(closest: {closest.attainment:.1%} at {closest.rate:.3g}/s, "
-                              f"{len(steps)} rates tested, search ended: {stopped})" if closest else
-                              "(no rate fit in objective.search-budget)"),
-                           result.table(), "probe", {"rate_search": result.as_dict()})
-    return result
+        work = make_workload(spec, n, salt=RATE_STEPS + index)
+        offsets = send_offsets(n, rate, spec.burstiness, spec.seed + index)
+        # After the last arrival, as long as a good request can take: then whatever still streams is past saving.
+        longest = min(good_latency_bound(search.slo_ms, max(w.output_len for w in work)) or math.inf,
+                      spec.request_timeout)
+        t0 = time.perf_counter()
+        level = await _level(client, engine, spec, 0, work, None, 0, check_text,
+                             min(deadline, t0 + offsets[-1] + longest + 0.5),
+                             open_loop=OpenLoop(rate, offsets, spec.max_in_flight), slo=slo)
+        figures = {k: v for k, v in {**level.latency_ms, **level.extra}.items()
+                   if k.startswith(("slo_", "request_goodput", "send_lateness_p90", "p99_", "median_"))}
+        note = "verdict early" if level.extra.get("slo_missed_early") else "cut" if level.cut else ""
+        return RateStep(rate, level.extra["slo_attainment"] >= search.attainment, time.perf_counter() - t0,
+                        figures, note)
+
+    return measure
 
 
 async def _watch(alive: Callable[[], None]) -> None:
@@ -434,10 +391,6 @@ async def _level(client: StreamClient, engine: Engine, spec: ProbeSpec, concurre
         extra["slo_missed_early"] = float(missed)
     return dataclasses.replace(metrics, rate=open_loop.rate if open_loop else None,
                                concurrency=cap or 0, extra=extra)
-
-
-class ProbeStopped(Exception):
-    """The pruner stopped the probe early."""
 
 
 async def _one(client: StreamClient, engine: Engine, item: WorkItem, want_logprobs: bool,

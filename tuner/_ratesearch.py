@@ -9,15 +9,20 @@ open-loop, and ends early once its verdict is certain (tuner/_probe.py, SloVerdi
 cannot keep is a ceiling of the search, not a fault of the server. The search stops at the per-trial
 budget; none passing down to `FLOOR` of the start means the SLO is met at no rate.
 
-`Bracket` is the decision alone (which rate next, when to stop), apart from the measuring.
+`Bracket` is the decision alone (which rate next, when to stop); `search_rate` runs it with a `Measure` of
+one rate that the probe provides (tuner/_probe.py, on its live connection to the server).
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
-from collections.abc import Mapping
+import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from ._failures import FailureKind, ProbeStopped, TrialFailure
 
 GROWTH = 1.5
 FLOOR = 1 / 64  # of the starting rate: below it the server is all but idle, and a miss is not about load
@@ -112,3 +117,52 @@ class RateSearchResult:
 
 def slo_text(slo_ms: Mapping[str, float]) -> str:
     return " ".join(f"{name}<={limit:g}ms" for name, limit in slo_ms.items())
+
+
+# (rate, index of the tested rate, deadline on the perf_counter clock) -> the measured step
+Measure = Callable[[float, int, float], Awaitable[RateStep]]
+
+
+async def search_rate(search: RateSearchSpec, start: float, report: Callable[[int, float], bool] | None,
+                      measure: Measure) -> RateSearchResult:
+    """The highest rate that meets the SLO, on this server, without a restart."""
+    t0 = time.perf_counter()
+    deadline = t0 + search.budget
+    bracket = Bracket(max(start, 1e-3), search.precision)
+    steps: list[RateStep] = []
+    stopped = ""
+    while not stopped and (rate := bracket.next_rate()) is not None:
+        if deadline - time.perf_counter() < search.seconds_per_rate:
+            stopped = "budget"
+            break
+        try:
+            step = await measure(rate, len(steps), deadline)
+        except TrialFailure as failure:
+            if failure.kind is not FailureKind.CLIENT_TOO_SLOW or bracket.low is None:
+                raise
+            # What lies above is past what this client can offer: the search ends with what passed.
+            step, stopped = RateStep(rate, False, 0.0, {}, "client too slow"), "client"
+        steps.append(step)
+        if step.note == "verdict early":
+            # The requests abandoned at the verdict may still be queued in the server (one notices a client
+            # gone only when it writes to it): give it as long to drain as the step ran, so that the next
+            # rate starts on an idle server. A backlog built at rate r over that time drains within it for
+            # r < 2x capacity, which is where the bracket and bisection test.
+            await asyncio.sleep(min(step.seconds, max(0.0, deadline - time.perf_counter())))
+        bracket.record(rate, step.passed)
+        # The pruner hears the lowest failing rate: no configuration can end above it, so once it is at or
+        # below the best trial's rate this one cannot win (tuner/_pruner.py).
+        if report is not None and report(RATE_STEPS + len(steps), bracket.high or math.inf):
+            raise ProbeStopped()
+    stopped = stopped or ("precision" if bracket.low is not None else "floor")
+    result = RateSearchResult(search, start, bracket.low, bracket.high, tuple(steps), time.perf_counter() - t0,
+                              stopped)
+    if result.rate is None:
+        closest = result.closest
+        raise TrialFailure(FailureKind.SLO_UNREACHABLE,
+                           f"no tested rate met {slo_text(search.slo_ms)} for {search.attainment:.1%} of requests "
+                           + (f"(closest: {closest.attainment:.1%} at {closest.rate:.3g}/s, "
+                              f"{len(steps)} rates tested, search ended: {stopped})" if closest else
+                              "(no rate fit in objective.search-budget)"),
+                           result.table(), "probe", {"rate_search": result.as_dict()})
+    return result

@@ -17,11 +17,11 @@ from typing import Any
 
 import httpx
 
-from ._failures import FailureKind, FailureRecord, TrialFailure
+from ._failures import FailureKind, FailureRecord, ProbeStopped, TrialFailure
 from ._gate import GateResult, run_gate
 from ._launch import LaunchRequest, ServerProcess, launch
 from ._logwatch import LogWatcher
-from ._probe import ProbeResult, ProbeStopped, run_probe
+from ._probe import ProbeResult, run_probe
 from ._readiness import SETTLE_S, check_alive, wait_until_ready
 from ._redact import redact_argv
 from ._space import ServerConfig
