@@ -1,7 +1,7 @@
 """How well and how cheaply `max_rate_under_slo` finds a server's capacity under an SLO:
-`python benchmarks/rate_search.py` (~6 min; `--quick` for a smoke run).
+`python benchmarks/rate_search.py` (~9 min; `--quick` for a smoke run).
 
-One simulated SGLang server (the 8B profile on one H200, at half speed) is started once. Then, on it:
+One simulated SGLang server (the 8B profile on one H200, 4x slower than real time) is started once. Then, on it:
   1. the tuner's rate search, as a trial runs it (closed-loop level at 64, then bracket and bisection);
   2. a slow sweep for the truth: fine steps of `--sweep-step` around the found rate, each rate run to its end
      for `--sweep-seconds` with no early stop; the capacity at the SLO is the highest rate that met it;
@@ -29,10 +29,11 @@ from tuner._ratesearch import RateSearchSpec, slo_text  # noqa: E402
 from tuner._spec import ProbeSpec  # noqa: E402
 from tuner.engines import get_engine  # noqa: E402
 
-# At half real speed (TUNER_SIM_TIME_SCALE=2), so that the probe keeps every rate from a shared 2-core
-# machine; the SLOs are doubled alike: 300 ms TTFT and 30 ms TPOT on the real-time server.
-SCALE = 2.0
-SLO_MS = {"ttft": 600.0, "tpot": 60.0}
+# The SLO of the real-time server: 300 ms TTFT, 30 ms TPOT. The simulator runs `--time-scale` times slower
+# than real time (so that the probe keeps every rate, and the simulator its pace, on a shared 2-core
+# machine), and the SLOs are scaled alike.
+REAL_SLO_MS = {"ttft": 300.0, "tpot": 30.0}
+SLO_MS = dict(REAL_SLO_MS)
 ATTAINMENT = 0.99
 
 
@@ -58,11 +59,13 @@ def full_rate(url: str, rate: float, seconds: float) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short runs, coarse steps: a smoke run")
-    parser.add_argument("--seconds-per-rate", type=float, default=5.0)
+    parser.add_argument("--time-scale", type=float, default=4.0)
+    parser.add_argument("--seconds-per-rate", type=float, default=10.0)
     parser.add_argument("--precision", type=float, default=0.05)
-    parser.add_argument("--sweep-seconds", type=float, default=15.0)
+    parser.add_argument("--sweep-seconds", type=float, default=20.0)
     parser.add_argument("--sweep-step", type=float, default=0.02, help="of the found rate")
     args = parser.parse_args()
+    SLO_MS.update({k: v * args.time_scale for k, v in REAL_SLO_MS.items()})
     sweep_steps = range(-4, 21)
     if args.quick:
         args.seconds_per_rate, args.sweep_seconds, args.sweep_step, args.precision = 1.0, 2.0, 0.1, 0.25
@@ -70,9 +73,10 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="rate-search-"))
     factory = SimFactory(folder)
     try:
-        sim = factory(profile=quick_start_profile(folder, "llama3-8b-h200"), scale=SCALE,
+        sim = factory(profile=quick_start_profile(folder, "llama3-8b-h200"), scale=args.time_scale,
                       model_path="meta-llama/Llama-3.1-8B-Instruct", timeout=120)
-        print(f"SLO {slo_text(SLO_MS)} for {ATTAINMENT:.0%} of requests; simulated llama3-8b-h200 at half speed")
+        print(f"SLO {slo_text(SLO_MS)} for {ATTAINMENT:.0%} of requests; simulated llama3-8b-h200 "
+              f"{args.time_scale:g}x slower than real time")
         search = RateSearchSpec(SLO_MS, ATTAINMENT, args.precision, budget=60 * args.seconds_per_rate,
                                 seconds_per_rate=args.seconds_per_rate)
         t0 = time.monotonic()

@@ -69,6 +69,8 @@ def test_real_vllm_max_rate_under_slo(tuner):
     space["server"]["command"][0] = str(VENV_PYTHON)
     space["server"]["model-path"] = str(MODEL)
     space["baseline"]["enforce-eager"] = True
+    # Two shared cores run vLLM and the probe: let the probe send up to 250 ms late before it gives up a rate.
+    space["probe"]["max-send-lateness"] = 0.25
     space["objective"] = {"metric": "max_rate_under_slo", "slo": {"ttft": 3000, "tpot": 300}, "attainment": 0.9,
                           "precision": 0.25, "seconds-per-rate": 4, "search-budget": 90, "concurrency": 8}
     path = tuner.space(yaml.safe_dump(space, sort_keys=False))

@@ -6,7 +6,7 @@ near its capacity), brackets the answer by factors of `GROWTH` (up while rates p
 then bisects (geometric midpoint) until the lowest failing rate is within `precision` of the highest
 passing one. Every tested rate sends requests for `seconds-per-rate` seconds (at least `MIN_REQUESTS`),
 open-loop, and ends early once its verdict is certain (tuner/_probe.py, SloVerdict). A rate the client
-cannot keep is a ceiling of the search, not a fault of the server. The search stops at the per-trial
+cannot keep is a ceiling of what can be measured, not a fault of the server. The search stops at the per-trial
 budget; none passing down to `FLOOR` of the start means the SLO is met at no rate.
 
 `Bracket` is the decision alone (which rate next, when to stop); `search_rate` runs it with a `Measure` of
@@ -95,7 +95,7 @@ class RateSearchResult:
     upper: float | None  # the lowest that did not
     steps: tuple[RateStep, ...]
     seconds: float
-    stopped: str  # why the search ended: precision, budget, client, floor
+    stopped: str  # why the search ended: precision, budget or floor (and whether the client capped it)
 
     @property
     def closest(self) -> RateStep | None:
@@ -131,17 +131,18 @@ async def search_rate(search: RateSearchSpec, start: float, report: Callable[[in
     bracket = Bracket(max(start, 1e-3), search.precision)
     steps: list[RateStep] = []
     stopped = ""
-    while not stopped and (rate := bracket.next_rate()) is not None:
+    while (rate := bracket.next_rate()) is not None:
         if deadline - time.perf_counter() < search.seconds_per_rate:
             stopped = "budget"
             break
         try:
             step = await measure(rate, len(steps), deadline)
         except TrialFailure as failure:
-            if failure.kind is not FailureKind.CLIENT_TOO_SLOW or bracket.low is None:
+            if failure.kind is not FailureKind.CLIENT_TOO_SLOW:
                 raise
-            # What lies above is past what this client can offer: the search ends with what passed.
-            step, stopped = RateStep(rate, False, 0.0, {}, "client too slow"), "client"
+            # Past what this client can send: an upper bound of what can be measured here, not a miss of the
+            # server's; the search goes on below it (and says so in `stopped`).
+            step = RateStep(rate, False, 0.0, {}, "client too slow")
         steps.append(step)
         if step.note == "verdict early":
             # The requests abandoned at the verdict may still be queued in the server (one notices a client
@@ -155,8 +156,14 @@ async def search_rate(search: RateSearchSpec, start: float, report: Callable[[in
         if report is not None and report(RATE_STEPS + len(steps), bracket.high or math.inf):
             raise ProbeStopped()
     stopped = stopped or ("precision" if bracket.low is not None else "floor")
+    if any(s.note == "client too slow" and s.rate == bracket.high for s in steps):
+        stopped += ", capped by the client"
     result = RateSearchResult(search, start, bracket.low, bracket.high, tuple(steps), time.perf_counter() - t0,
                               stopped)
+    if result.rate is None and steps and all(s.note == "client too slow" for s in steps):
+        raise TrialFailure(FailureKind.CLIENT_TOO_SLOW, f"the probe could send none of the {len(steps)} rates tested "
+                           f"(down to {min(s.rate for s in steps):.3g}/s) on time; the client, not the server, is "
+                           "the limit", result.table(), "probe", {"rate_search": result.as_dict()})
     if result.rate is None:
         closest = result.closest
         raise TrialFailure(FailureKind.SLO_UNREACHABLE,
