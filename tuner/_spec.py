@@ -317,7 +317,7 @@ DATASET_FORMATS = ("jsonl", "sharegpt")
 
 def _parse_shared_prefix(s: Section) -> SharedPrefix | None:
     if s.data.get("shared-prefix") is None:
-        s.get("shared-prefix", dict, None)
+        s.get("shared-prefix", dict, None)  # known key, left out or null
         return None
     sp = s.section("shared-prefix")
     parsed = SharedPrefix(sp.get("groups", int, 4), sp.get("system-prompt-len", int, 2048),
@@ -375,10 +375,7 @@ def _parse_objective(s: Section, probe: ProbeSpec) -> Objective:
             raise SpaceError(f"{s.child('slo')}.{key}", "is not a metric",
                              did_you_mean(str(key), METRICS) or "use e.g. p99_ttft_ms")
         slo[key] = float(check_type(value, float, f"{s.child('slo')}.{key}"))
-    conc = s.get("concurrency", int, None)
-    if conc is not None and conc not in probe.concurrency:
-        raise SpaceError(s.child("concurrency"), f"{conc} is not one of probe.concurrency {list(probe.concurrency)}",
-                         "add it to probe.concurrency or choose a listed level")
+    conc = _objective_level(s, probe)
     obj = Objective(first, direction("direction", first), conc, slo, second,
                     direction("second-direction", second) if second else "minimize")
     s.done()
@@ -386,6 +383,15 @@ def _parse_objective(s: Section, probe: ProbeSpec) -> Objective:
 
 
 RATE_METRIC = "max_rate_under_slo"
+
+
+def _objective_level(s: Section, probe: ProbeSpec) -> int | None:
+    """Which closed-loop level counts (for max_rate_under_slo: whose rate starts the search); None: the highest."""
+    conc = s.get("concurrency", int, None)
+    if conc is not None and conc not in probe.concurrency:
+        raise SpaceError(s.child("concurrency"), f"{conc} is not one of probe.concurrency {list(probe.concurrency)}",
+                         "add it to probe.concurrency or choose a listed level")
+    return conc
 
 
 def _parse_rate_objective(s: Section, probe: ProbeSpec) -> Objective:
@@ -417,9 +423,6 @@ def _parse_rate_objective(s: Section, probe: ProbeSpec) -> Objective:
         raise SpaceError(s.child("search-budget"),
                          f"{search.budget:g} s is too short for one rate of {search.seconds_per_rate:g} s",
                          "give at least objective.seconds-per-rate, or several times it for a search")
-    conc = s.get("concurrency", int, None)
-    if conc is not None and conc not in probe.concurrency:
-        raise SpaceError(s.child("concurrency"), f"{conc} is not one of probe.concurrency {list(probe.concurrency)}",
-                         "add it to probe.concurrency or choose a listed level")
+    conc = _objective_level(s, probe)
     s.done()
     return Objective(RATE_METRIC, "maximize", conc, rate_search=search)
