@@ -13,6 +13,7 @@ Prints the rates, whether the found one is within 5% of the capacity, and each m
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import tempfile
 import time
@@ -64,12 +65,14 @@ def main() -> None:
     parser.add_argument("--precision", type=float, default=0.05)
     parser.add_argument("--sweep-seconds", type=float, default=20.0)
     parser.add_argument("--sweep-step", type=float, default=0.02, help="of the found rate")
+    parser.add_argument("--skip-slow-sweep", action="store_true", help="search and linear sweep only")
     args = parser.parse_args()
     SLO_MS.update({k: v * args.time_scale for k, v in REAL_SLO_MS.items()})
     sweep_steps = range(-4, 21)
     if args.quick:
         args.seconds_per_rate, args.sweep_seconds, args.sweep_step, args.precision = 1.0, 2.0, 0.1, 0.25
         sweep_steps = range(-1, 2)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a timeout still ends the simulator (finally)
     folder = Path(tempfile.mkdtemp(prefix="rate-search-"))
     factory = SimFactory(folder)
     try:
@@ -88,7 +91,7 @@ def main() -> None:
 
         print(f"\nslow sweep ({args.sweep_seconds:g} s per rate, steps of {args.sweep_step:.0%}):")
         capacity, sweep_s, misses = None, 0.0, 0
-        for k in sweep_steps:  # upwards from 4 steps below the found rate until two misses in a row
+        for k in (() if args.skip_slow_sweep else sweep_steps):  # upwards from 4 steps below the found rate until two misses in a row
             rate = found.rate * (1 + k * args.sweep_step)
             att, sec = full_rate(sim.url, rate, args.sweep_seconds)
             sweep_s += sec

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 
+import optuna
 import pytest
 from optuna_dashboard._note import get_note_from_system_attrs
 
@@ -14,6 +16,7 @@ from tuner._arrivals import send_offsets
 from tuner._failures import TrialFailure
 from tuner._goodput import goodput, steady_output_throughput
 from tuner._probe import RequestResult, run_probe
+from tuner._pruner import BehindTheBest
 from tuner._ratesearch import Bracket
 from tuner._spec import ProbeSpec
 from tuner.engines import get_engine
@@ -80,6 +83,14 @@ def test_bracket_brackets_then_bisects_to_the_precision():
     assert nothing.low is None and min(nothing.tested) >= 100.0 / 64
 
 
+def test_pruner_stops_a_search_whose_lowest_miss_is_not_above_the_best_rate():
+    study = optuna.create_study(direction="maximize")
+    study.add_trial(optuna.trial.create_trial(value=10.0, user_attrs={"feasible": True}))
+    assert BehindTheBest._rate_search(study, upper=10.0)  # can end no higher than the best: cannot win
+    assert not BehindTheBest._rate_search(study, upper=10.5)
+    assert not BehindTheBest._rate_search(study, upper=math.inf)  # nothing missed yet
+
+
 def _probe(url: str, spec: ProbeSpec, **kw):
     return run_probe(url, {}, get_engine("sglang"), spec, alive=lambda: None, **kw)
 
@@ -141,8 +152,8 @@ def test_max_rate_under_slo_end_to_end_on_the_8b_profile(tuner):
                                       requests=64, input_len=256, output_len=32, probe_timeout=20, stall_timeout=30)
                         + RATE_OBJECTIVE.format(slo="{ttft: 400, tpot: 40}"))
     # At a tenth of real time the rates stay within what the probe can send from a shared 2-core machine.
-    done = tuner.run("run", "--trials", "1", "--space", str(space), "--simulate", "llama3-8b-h200",
-                     env={"TUNER_SIM_TIME_SCALE": "0.1"})
+    speed = {"TUNER_SIM_TIME_SCALE": "0.1"}
+    done = tuner.run("run", "--trials", "1", "--space", str(space), "--simulate", "llama3-8b-h200", env=speed)
     assert done.returncode == 0, done.stderr
     t = tuner.study("rate8b").trials[0]
     assert t.user_attrs["failure_kind"] == "none", t.user_attrs.get("failure_message")
@@ -156,8 +167,7 @@ def test_max_rate_under_slo_end_to_end_on_the_8b_profile(tuner):
     note = get_note(tuner.study("rate8b"), t)
     assert "Highest rate under the SLO" in note and f"rate {steps[0]['rate']:8.3f}/s" in note
 
-    speed = {"TUNER_SIM_TIME_SCALE": "0.1"}
-    assert tuner.run("report", env=speed).returncode == 0
+    assert tuner.run("report").returncode == 0
     assert (tuner.folder / "report" / "rates.png").stat().st_size > 0
     assert "SLO attainment and p99 TTFT against request rate" in (tuner.folder / "report" / "index.html").read_text()
     assert tuner.run("export", "--out", "best.yaml").returncode == 0
