@@ -60,3 +60,27 @@ def test_real_vllm_study(tuner):
     print(f"vLLM study: {time.monotonic() - t0:.0f} s; baseline {baseline.value:.1f} tok/s, best trial "
           f"{best.number} {best.value:.1f} tok/s; start-up per trial "
           + ", ".join(f"{t.user_attrs['stage_seconds'].get('readiness', 0):.0f}s" for t in trials))
+
+
+@pytest.mark.timeout(900)
+def test_real_vllm_max_rate_under_slo(tuner):
+    """The rate objective on the real engine: one trial, a short search on a live vLLM server."""
+    space = yaml.safe_load((REPO / "search_spaces" / "vllm-cpu-tiny.yaml").read_text())
+    space["server"]["command"][0] = str(VENV_PYTHON)
+    space["server"]["model-path"] = str(MODEL)
+    space["baseline"]["enforce-eager"] = True
+    # Two shared cores run vLLM and the probe: let the probe send up to 250 ms late before it gives up a rate.
+    space["probe"]["max-send-lateness"] = 0.25
+    space["objective"] = {"metric": "max_rate_under_slo", "slo": {"ttft": 3000, "tpot": 300}, "attainment": 0.9,
+                          "precision": 0.25, "seconds-per-rate": 4, "search-budget": 90, "concurrency": 8}
+    path = tuner.space(yaml.safe_dump(space, sort_keys=False))
+    done = tuner.run("run", "--trials", "1", "--space", str(path), timeout=800)
+    assert done.returncode == 0, done.stderr[-4000:]
+    t = tuner.study("vllm-cpu-tiny").trials[0]
+    assert t.user_attrs["failure_kind"] == "none", t.user_attrs.get("failure_message")
+    search = t.user_attrs["rate_search"]
+    assert t.value == search["rate"] > 0 and search["steps"]
+    assert all(s["slo_attainment"] >= 0.9 for s in search["steps"] if s["passed"])
+    assert tuner.leftovers() == {}
+    print(f"vLLM rate search: {t.value:.2f} req/s in {len(search['steps'])} rates, {search['seconds']:.0f} s; "
+          f"ended: {search['stopped']}")

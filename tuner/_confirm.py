@@ -83,9 +83,11 @@ def confirm(storage: str, study_name: str | None, top: int, repeats: int, workdi
             result = run_trial(ctx, TrialPlan(t.number, config, folder, free_port(spec.server.host),
                                               reference=study.user_attrs.get("reference")))
             if result.ok:
-                level = result.probe.level(spec.objective.concurrency)
-                values.append(level.metric(metric))
-                figures.append({name: level.metric(name) for name in FIGURES})
+                # max_rate_under_slo: run_trial searched the rate again on the fresh server.
+                values.append(result.probe.value(metric, spec.objective.concurrency))
+                if any(m.rate is None for m in result.probe.levels):  # a closed-loop level to report
+                    level = result.probe.level(spec.objective.concurrency)
+                    figures.append({name: level.metric(name) for name in FIGURES})
             else:
                 failures.append(result.failure.kind.value if result.failure else "stopped")
             print(f"trial {t.number} repeat {r + 1}/{repeats}: "

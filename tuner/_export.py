@@ -14,6 +14,7 @@ from typing import Any
 import optuna
 import yaml
 
+from ._ratesearch import slo_text
 from ._redact import redact_argv, redact_env
 from ._results import Winner, load_study, pareto_front, winner
 from .engines import flag_argv, get_engine
@@ -108,6 +109,7 @@ def _header(study: optuna.Study, best: Winner, env: dict[str, str], command: lis
     lines = [
         f"Best configuration of study '{study.study_name}': {best.describe(metric)}",
         f"{'medians' if best.confirmed else 'metrics'} at concurrency {a.get('concurrency', '?')}: {metrics}",
+        *_rate_lines(a.get("rate_search")),
         f"correctness gate passed: {', '.join(a.get('gate_checks', [])) or 'none run'}; re-checked after load",
         f"server version: {a.get('server_version') or 'unknown'}; hardware: {a.get('hardware', 'unknown')}",
         f"exported {dt.datetime.now(dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} by tuner",
@@ -126,6 +128,18 @@ def _header(study: optuna.Study, best: Winner, env: dict[str, str], command: lis
         lines += ["", f"Launch: sh {script} --host 127.0.0.1 --port 30000",
                   "  (this server has no --config: the script holds the whole command line)"]
     return "".join(f"# {line}\n" if line else "#\n" for line in lines)
+
+
+def _rate_lines(search: dict | None) -> list[str]:
+    """max_rate_under_slo: the SLO and the rate this configuration sustained under it."""
+    if not search or search.get("rate") is None:
+        return []
+    passed = max((s for s in search["steps"] if s["passed"]), key=lambda s: s["rate"])
+    return [f"SLO: {slo_text(search['slo_ms'])} for {search['attainment_target']:.1%} of requests "
+            f"(SGLang's goodput definitions)",
+            f"sustained {search['rate']:.3g} requests/s under it (attainment {passed['slo_attainment']:.1%}, "
+            f"p99 TTFT {passed.get('p99_ttft_ms', 0):.0f} ms)"
+            + (f"; the lowest rate tested that did not: {search['upper']:.3g}/s" if search.get("upper") else "")]
 
 
 def export(storage: str, study_name: str | None, out: str | None, fmt: str, number: int | None) -> Path | None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 
 class FailureKind(str, enum.Enum):
@@ -23,15 +25,19 @@ class FailureKind(str, enum.Enum):
     CRASH_UNDER_LOAD = "crash_under_load"
     ERRORS_UNDER_LOAD = "errors_under_load"
     SLO_VIOLATION = "slo_violation"
+    # max_rate_under_slo: no tested rate met the SLO attainment (the message names the closest seen).
+    SLO_UNREACHABLE = "slo_unreachable"
     # Not the configuration's fault: never taught to the sampler as a bad region.
     INVALID_CONFIG = "invalid_config"
     INTERRUPTED = "interrupted"
     WORKER_DIED = "worker_died"
+    # The probe could not send at the rate asked for (open-loop levels): the client's limit, not the server's.
+    CLIENT_TOO_SLOW = "client_too_slow"
 
     @property
     def blames_config(self) -> bool:
         """Whether the sampler should learn to avoid the configuration that produced it."""
-        return self not in (FailureKind.INTERRUPTED, FailureKind.WORKER_DIED)
+        return self not in (FailureKind.INTERRUPTED, FailureKind.WORKER_DIED, FailureKind.CLIENT_TOO_SLOW)
 
     @property
     def is_correctness(self) -> bool:
@@ -46,12 +52,18 @@ _CORRECTNESS = frozenset(
 class TrialFailure(Exception):
     """Ends one trial: what went wrong, in which stage, and the evidence for it."""
 
-    def __init__(self, kind: FailureKind, message: str, evidence: str = "", stage: str = "") -> None:
+    def __init__(self, kind: FailureKind, message: str, evidence: str = "", stage: str = "",
+                 attrs: Mapping[str, Any] | None = None) -> None:
         super().__init__(f"{kind.value}: {message}")
         self.kind = kind
         self.message = message
         self.evidence = evidence
         self.stage = stage
+        self.attrs = dict(attrs or {})  # figures measured before the failure, kept as trial attributes
+
+
+class ProbeStopped(Exception):
+    """The pruner stopped the probe early: the trial was slower than others, not broken."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +72,8 @@ class FailureRecord:
     message: str
     evidence: str
     stage: str
+    attrs: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_exception(cls, exc: TrialFailure) -> FailureRecord:
-        return cls(exc.kind, exc.message, exc.evidence, exc.stage)
+        return cls(exc.kind, exc.message, exc.evidence, exc.stage, exc.attrs)

@@ -10,38 +10,31 @@ client's and cost the server what they cost there.
 from __future__ import annotations
 
 import asyncio
-import json
+import contextlib
+import dataclasses
 import math
-import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
 
-from ._failures import FailureKind, TrialFailure
+from ._arrivals import send_offsets
+from ._failures import FailureKind, ProbeStopped, TrialFailure
+from ._goodput import certainly_bad, good_latency_bound, goodput, is_good, steady_output_throughput
+from ._ratesearch import MIN_REQUESTS, RATE_STEPS, Measure, RateSearchResult, RateSearchSpec, RateStep, search_rate
 from ._spec import ProbeSpec
 from ._stream_client import StreamClient, StreamError, StreamTimeout
 from ._textcheck import degenerate_reason, nan_positions
+from ._workloads import WorkItem, make_workload
 from .engines import Engine
-
-# A handful of ordinary words: a real tokenizer spends about one token on each.
-_WORDS = ("the of and to in is for on that with as by at from it this be are was or an have not but can "
-          "all new more one time data system model power city water light music river table market green "
-          "paper number people world house story night point state small large early").split()
-
-
-@dataclass(frozen=True)
-class WorkItem:
-    prompt: str
-    output_len: int
-
 
 @dataclass
 class RequestResult:
-    started: bool = False  # sent (a level cut at its deadline counts the tokens of those still streaming)
+    started: bool = False  # sent, or due (a level cut at its deadline counts the tokens of those still streaming)
+    sent_at: float = 0.0  # perf_counter time latencies are measured from: the scheduled send time when open-loop
+    lateness: float = 0.0  # seconds the client sent it after its scheduled time (open-loop levels)
     ok: bool = False
     error: str = ""
     ttft: float = 0.0
@@ -49,6 +42,7 @@ class RequestResult:
     output_tokens: int = 0
     prompt_tokens: int = 0
     itl: list[float] = field(default_factory=list)
+    chunk_times: list[float] = field(default_factory=list)  # when each chunk with tokens arrived (steady state)
     text: str = ""
     problem: str = ""  # content check failure
 
@@ -66,17 +60,25 @@ class LevelMetrics:
     total_throughput: float
     latency_ms: Mapping[str, float]  # e.g. {"p99_ttft_ms": ..., "mean_itl_ms": ...}
     cut: bool = False  # ended at its share of probe.time-budget: figures over what streamed until then
+    rate: float | None = None  # requests/s offered (open loop); None: a closed loop of `concurrency` streams
+    # Steady-state output throughput; for open-loop levels how late the client sent (send_lateness_*_ms);
+    # with SLOs, goodput and attainment (tuner/_goodput.py).
+    extra: Mapping[str, float] = field(default_factory=dict)
 
     def metric(self, name: str) -> float:
-        if name in self.latency_ms:
-            return self.latency_ms[name]
+        for table in (self.latency_ms, self.extra):
+            if name in table:
+                return table[name]
         return float(getattr(self, name))
 
     def as_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in ("concurrency", "duration", "completed", "errors", "total_input_tokens",
                                             "total_output_tokens", "request_throughput", "output_throughput",
                                             "total_throughput", "cut")}
+        if self.rate is not None:
+            d["rate"] = self.rate
         d.update(self.latency_ms)
+        d.update(self.extra)
         return d
 
 
@@ -84,47 +86,20 @@ class LevelMetrics:
 class ProbeResult:
     seconds: float
     levels: tuple[LevelMetrics, ...]
+    rate_search: RateSearchResult | None = None
 
     def level(self, concurrency: int | None) -> LevelMetrics:
+        """A closed-loop level: the one of `concurrency`, or the highest."""
+        closed = [m for m in self.levels if m.rate is None]
         if concurrency is None:
-            return max(self.levels, key=lambda m: m.concurrency)
-        return next(m for m in self.levels if m.concurrency == concurrency)
+            return max(closed, key=lambda m: m.concurrency)
+        return next(m for m in closed if m.concurrency == concurrency)
 
-
-def make_workload(spec: ProbeSpec, n: int, salt: int = 0) -> list[WorkItem]:
-    """Seeded prompts: the same spec gives every trial the same requests."""
-    rng = random.Random(spec.seed * 1_000_003 + salt)
-    if spec.dataset:
-        rows = [json.loads(line) for line in Path(spec.dataset).read_text().splitlines() if line.strip()]
-        picks = _without_replacement(rng, rows, n)
-        return [WorkItem(str(r["prompt"]), int(r.get("output_len", spec.output_len))) for r in picks]
-    items = []
-    for i in range(n):
-        in_len = _jitter(rng, spec.input_len, spec.len_jitter)
-        out_len = _jitter(rng, spec.output_len, spec.len_jitter)
-        words = [f"{i}:"] + [rng.choice(_WORDS) for _ in range(max(0, in_len - 1))]
-        items.append(WorkItem(" ".join(words), out_len))
-    return items
-
-
-def _without_replacement(rng: random.Random, rows: Sequence[Any], n: int) -> list[Any]:
-    """`n` rows in a seeded order, each row once before any repeats (as bench_serving and vLLM's client
-    sample). Drawing with replacement repeated about a third of the prompts when `n` equals the dataset's
-    size, and a repeated prompt's prefill comes from the prefix cache: cheaper than the workload says."""
-    if not rows and n > 0:
-        raise ValueError("the probe's dataset has no prompts")
-    picks: list[Any] = []
-    while len(picks) < n:
-        order = list(rows)
-        rng.shuffle(order)
-        picks.extend(order[:n - len(picks)])
-    return picks
-
-
-def _jitter(rng: random.Random, mean: int, ratio: float) -> int:
-    if ratio <= 0:
-        return mean
-    return max(1, int(rng.uniform(mean * (1 - ratio), mean * (1 + ratio))))
+    def value(self, name: str, concurrency: int | None) -> float:
+        """An objective's figure: the rate the search found, or a metric of the objective's level."""
+        if name == "max_rate_under_slo":
+            return float(self.rate_search.rate) if self.rate_search and self.rate_search.rate is not None else 0.0
+        return self.level(concurrency).metric(name)
 
 
 # In front of every prompt of the check wave, so that it shares no prefix with a timed prompt.
@@ -144,17 +119,25 @@ JUDGE_AFTER_S = 5.0
 
 def run_probe(base_url: str, headers: Mapping[str, str], engine: Engine, spec: ProbeSpec,
               alive: Callable[[], None], objective_level: int | None = None,
-              on_progress: Progress | None = None, check_text: bool = True) -> ProbeResult:
-    """Measure every concurrency level. `alive()` raises the trial's failure if the server died.
+              on_progress: Progress | None = None, check_text: bool = True,
+              rate_search: RateSearchSpec | None = None, goodput_slo: Mapping[str, float] | None = None
+              ) -> ProbeResult:
+    """Measure every concurrency level, then every rate level, then (with `rate_search`) search the highest
+    rate that meets the SLO. `alive()` raises the trial's failure if the server died. Rate levels report
+    goodput against `goodput_slo` (default: the search's SLOs).
 
     NaN logprobs always fail the trial; degenerate text only with `check_text` (random weights write
     nothing but symbols, and a space for them turns the check off)."""
-    return asyncio.run(_probe(base_url, headers, engine, spec, alive, objective_level, on_progress, check_text))
+    if goodput_slo is None and rate_search is not None:
+        goodput_slo = rate_search.slo_ms
+    return asyncio.run(_probe(base_url, headers, engine, spec, alive, objective_level, on_progress, check_text,
+                              rate_search, goodput_slo))
 
 
 async def _probe(base_url: str, headers: Mapping[str, str], engine: Engine, spec: ProbeSpec,
                  alive: Callable[[], None], objective_level: int | None, on_progress: Progress | None,
-                 check_text: bool) -> ProbeResult:
+                 check_text: bool, rate_search: RateSearchSpec | None,
+                 goodput_slo: Mapping[str, float] | None) -> ProbeResult:
     t0 = time.monotonic()
     deadline = time.perf_counter() + spec.time_budget
     # Not httpx: its per-chunk cost capped what one core could measure (see tuner/_stream_client.py).
@@ -168,7 +151,7 @@ async def _probe(base_url: str, headers: Mapping[str, str], engine: Engine, spec
                 await _race(watch, asyncio.gather(*(_one(client, engine, WorkItem(w.prompt, min(16, w.output_len)),
                                                          False, check_text, RequestResult()) for w in warm)))
             # Each level (the check wave too) may use an equal share of what is left of the budget.
-            left = len(spec.concurrency) + bool(spec.check_tokens)
+            left = len(spec.concurrency) + len(spec.rates) + bool(spec.check_tokens)
 
             def share() -> float:
                 nonlocal left
@@ -178,16 +161,56 @@ async def _probe(base_url: str, headers: Mapping[str, str], engine: Engine, spec
 
             if spec.check_tokens:
                 await _race(watch, _check_wave(client, engine, spec, check_text, share()))
-            target = objective_level if objective_level is not None else max(spec.concurrency)
+            target = objective_level if objective_level is not None else max(spec.concurrency, default=None)
             levels = []
             for step_base, conc in enumerate(spec.concurrency):
                 work = make_workload(spec, spec.requests, salt=conc)
-                report = on_progress if conc == target else None
+                # Under the rate objective the pruner hears the tested rates, not a throughput.
+                report = on_progress if conc == target and rate_search is None else None
                 levels.append(await _race(watch, _level(client, engine, spec, conc, work, report, step_base,
                                                           check_text, share())))
+            slo = SloVerdict(goodput_slo, None) if goodput_slo else None  # measured, never an early stop
+            for i, rate in enumerate(spec.rates):
+                work = make_workload(spec, spec.requests, salt=-10 - i)
+                arrivals = OpenLoop(rate, send_offsets(len(work), rate, spec.burstiness, spec.seed), spec.max_in_flight)
+                levels.append(await _race(watch, _level(client, engine, spec, 0, work, None, 0, check_text, share(),
+                                                          open_loop=arrivals, slo=slo)))
+            found = None
+            if rate_search is not None:
+                start = next(m for m in levels if m.rate is None and m.concurrency == target).request_throughput
+                found = await _race(watch, search_rate(rate_search, start, on_progress,
+                                                        _rate_step(client, engine, spec, rate_search, check_text)))
         finally:
             watch.cancel()
-    return ProbeResult(time.monotonic() - t0, tuple(levels))
+    return ProbeResult(time.monotonic() - t0, tuple(levels), found)
+
+
+def _rate_step(client: StreamClient, engine: Engine, spec: ProbeSpec, search: RateSearchSpec,
+               check_text: bool) -> Measure:
+    """How the rate search measures one rate on this server: open-loop arrivals for seconds-per-rate, the
+    verdict as soon as it is certain."""
+    slo = SloVerdict(search.slo_ms, search.attainment)
+
+    async def measure(rate: float, index: int, deadline: float) -> RateStep:
+        n = max(MIN_REQUESTS, math.ceil(rate * search.seconds_per_rate))
+        # The same prompts for the n-th tested rate of every trial; new ones for each rate, so that a rate
+        # does not find the previous rate's prompts in the prefix cache.
+        work = make_workload(spec, n, salt=RATE_STEPS + index)
+        offsets = send_offsets(n, rate, spec.burstiness, spec.seed + index)
+        # After the last arrival, as long as a good request can take: then whatever still streams is past saving.
+        longest = min(good_latency_bound(search.slo_ms, max(w.output_len for w in work)) or math.inf,
+                      spec.request_timeout)
+        t0 = time.perf_counter()
+        level = await _level(client, engine, spec, 0, work, None, 0, check_text,
+                             min(deadline, t0 + offsets[-1] + longest + 0.5),
+                             open_loop=OpenLoop(rate, offsets, spec.max_in_flight), slo=slo)
+        figures = {k: v for k, v in {**level.latency_ms, **level.extra}.items()
+                   if k.startswith(("slo_", "request_goodput", "send_lateness_p90", "p99_", "median_"))}
+        note = "verdict early" if level.extra.get("slo_missed_early") else "cut" if level.cut else ""
+        return RateStep(rate, level.extra["slo_attainment"] >= search.attainment, time.perf_counter() - t0,
+                        figures, note)
+
+    return measure
 
 
 async def _watch(alive: Callable[[], None]) -> None:
@@ -222,24 +245,61 @@ async def _check_wave(client: StreamClient, engine: Engine, spec: ProbeSpec, che
     timed prompts were cached, and the probe measured half bench_serving's mean TTFT and 1.43x its
     output tok/s (benchmarks/probe_vs_sglang_bench.py). A different first token shares no cached prefix.
     """
-    concurrency = max(spec.concurrency)
+    concurrency = max(spec.concurrency, default=spec.max_in_flight or 1)
     work = [WorkItem(CHECK_MARK + w.prompt, min(spec.check_tokens, w.output_len))
             for w in make_workload(spec, concurrency, salt=-2)]
     await _level(client, engine, spec, concurrency, work, None, 0, check_text, deadline, logprobs=True)
 
 
+@dataclass(frozen=True)
+class OpenLoop:
+    """An open-loop level: requests sent at `offsets` seconds after its start, whatever the server does."""
+
+    rate: float
+    offsets: Sequence[float]
+    in_flight: int | None = None  # at most this many requests outstanding; the rest wait, and it counts
+
+
+@dataclass(frozen=True)
+class SloVerdict:
+    """Goodput against `slo_ms`; with `attainment`, the level ends as soon as more requests than
+    `1 - attainment` allows can no longer meet them."""
+
+    slo_ms: Mapping[str, float]
+    attainment: float | None
+
+
 async def _level(client: StreamClient, engine: Engine, spec: ProbeSpec, concurrency: int,
                  work: Sequence[WorkItem], report: Progress | None, step_base: int,
-                 check_text: bool, deadline: float, logprobs: bool = False) -> LevelMetrics:
-    semaphore = asyncio.Semaphore(concurrency)
+                 check_text: bool, deadline: float, logprobs: bool = False, open_loop: OpenLoop | None = None,
+                 slo: SloVerdict | None = None) -> LevelMetrics:
+    cap = open_loop.in_flight if open_loop else concurrency
+    semaphore = asyncio.Semaphore(cap) if cap else contextlib.nullcontext()
     results = [RequestResult() for _ in work]
     start = time.perf_counter()
     expected_tokens = sum(item.output_len for item in work)
     # More failed requests than this and the level fails whatever the rest do.
     allowed_errors = spec.max_error_rate * len(work)
     errors = 0
-    pruned = cut = False
+    pruned = cut = missed = False
     reported = 0
+    allowed_bad = (1 - slo.attainment) * len(work) + 1e-9 if slo and slo.attainment is not None else math.inf
+    finished_bad = 0
+
+    def judge(streaming_too: bool) -> None:
+        """End the level once the SLO verdict is certain: more requests than the attainment allows are
+        finished and not good, or (on the ticker's scan) still streaming and past saving."""
+        nonlocal missed
+        if allowed_bad == math.inf or missed:
+            return
+        bad = finished_bad
+        if streaming_too:
+            now = time.perf_counter()
+            bad += sum(1 for r, item in zip(results, work) if r.started and not (r.ok or r.error)
+                       and certainly_bad(r, item.output_len, now - r.sent_at, slo.slo_ms))
+        if bad > allowed_bad:
+            missed = True
+            end_level()
 
     def progress() -> None:
         """Feeds the pruner at each PROGRESS_EVERY thousandths of the level's tokens, streamed or done."""
@@ -260,17 +320,27 @@ async def _level(client: StreamClient, engine: Engine, spec: ProbeSpec, concurre
             if task is not asyncio.current_task():
                 task.cancel()
 
-    async def worker(item: WorkItem, result: RequestResult) -> None:
-        nonlocal errors
+    async def worker(i: int, item: WorkItem, result: RequestResult) -> None:
+        nonlocal errors, finished_bad
+        due = None
+        if open_loop is not None:
+            # Latency counts from the scheduled time: a client (or an in-flight cap) that sends late
+            # cannot hide queueing. How late the client itself was is kept apart, to tell it from the server.
+            due = start + open_loop.offsets[i]
+            await asyncio.sleep(max(0.0, due - time.perf_counter()))
+            result.lateness = max(0.0, time.perf_counter() - due)
+            result.started, result.sent_at = True, due
         async with semaphore:
-            await _one(client, engine, item, logprobs, check_text, result)
+            await _one(client, engine, item, logprobs, check_text, result, due)
             errors += not result.ok
             if result.problem or errors > allowed_errors:
                 # The verdict is in: end the level now rather than when the requests still streaming
                 # finish, which on a real server can be minutes of a broken configuration.
                 end_level()
                 return
+            finished_bad += slo is not None and not is_good(result, slo.slo_ms)
             progress()
+            judge(streaming_too=False)
 
     async def ticker() -> None:
         """Between completions (a slow server finishes none for minutes): progress, and the deadline."""
@@ -282,8 +352,9 @@ async def _level(client: StreamClient, engine: Engine, spec: ProbeSpec, concurre
                 end_level()
                 return
             progress()
+            judge(streaming_too=True)
 
-    tasks = [asyncio.ensure_future(worker(item, result)) for item, result in zip(work, results)]
+    tasks = [asyncio.ensure_future(worker(i, item, result)) for i, (item, result) in enumerate(zip(work, results))]
     tick = asyncio.ensure_future(ticker())
     try:
         for outcome in await asyncio.gather(*tasks, return_exceptions=True):
@@ -297,27 +368,47 @@ async def _level(client: StreamClient, engine: Engine, spec: ProbeSpec, concurre
         or next((r for r in results if r.problem), None)
     if broken is not None:
         kind = FailureKind.NAN if broken.problem.startswith("NaN") else FailureKind.GARBAGE
-        where = f"concurrency {concurrency}" + (" (check wave, logprobs on)" if logprobs else "")
+        where = (f"rate {open_loop.rate:g}/s" if open_loop else f"concurrency {concurrency}") \
+            + (" (check wave, logprobs on)" if logprobs else "")
         raise TrialFailure(kind, f"under load at {where}: {broken.problem}",
                            f"output: {broken.text[:300]!r}", "probe")
     if pruned:
         raise ProbeStopped()
     finished = [r for r in results if r.ok or r.error]
-    streaming = [r for r in results if r.started and not (r.ok or r.error)] if cut else []
-    return _metrics(concurrency, duration, finished, spec, streaming, cut)
-
-
-class ProbeStopped(Exception):
-    """The pruner stopped the probe early."""
+    streaming = [r for r in results if r.started and not (r.ok or r.error)] if cut or missed else []
+    metrics = _metrics(concurrency, duration, finished, spec, streaming, cut)
+    extra = dict(zip(("steady_output_throughput", "steady_duration"), steady_output_throughput(finished)))
+    if open_loop is not None:
+        late = [r.lateness for r in results if r.started]
+        extra.update({f"send_lateness_{stat}_ms": fn(late) * 1000.0 for stat, fn in
+                      (("mean", _mean), ("p90", lambda v: _pct(v, 90)), ("max", lambda v: max(v, default=0.0)))})
+        if late and _pct(late, 90) > spec.max_send_lateness:
+            raise TrialFailure(FailureKind.CLIENT_TOO_SLOW,
+                               f"the probe could not keep rate {open_loop.rate:g}/s: one request in ten was sent "
+                               f"{_pct(late, 90) * 1000:.0f} ms or more late (limit probe.max-send-lateness "
+                               f"{spec.max_send_lateness * 1000:.0f} ms); the client, not the server, is the limit",
+                               "", "probe")
+    if slo is not None:
+        # At a cut, requests still streaming count as sent and not good; at an early verdict only those
+        # already past saving do, and those still undecided are left out.
+        if missed:
+            now = time.perf_counter()
+            streaming = [r for r, item in zip(results, work) if r.started and not (r.ok or r.error)
+                         and certainly_bad(r, item.output_len, now - r.sent_at, slo.slo_ms)]
+        extra.update(goodput([*finished, *streaming], slo.slo_ms, duration))
+        extra["slo_missed_early"] = float(missed)
+    return dataclasses.replace(metrics, rate=open_loop.rate if open_loop else None,
+                               concurrency=cap or 0, extra=extra)
 
 
 async def _one(client: StreamClient, engine: Engine, item: WorkItem, want_logprobs: bool,
-               check_text: bool, result: RequestResult) -> RequestResult:
+               check_text: bool, result: RequestResult, due: float | None = None) -> RequestResult:
     path, body = engine.stream_request(item.prompt, item.output_len, want_logprobs)
     result.started = True
     tally = _Tally(result, engine.stream_parser())
-    # Timed from before the connection is taken, as vLLM's and SGLang's benchmark clients time it.
-    tally.sent = tally.last = time.perf_counter()
+    # Timed from before the connection is taken, as vLLM's and SGLang's benchmark clients time it, or
+    # from the scheduled send time of an open-loop request.
+    tally.sent = tally.last = result.sent_at = due if due is not None else time.perf_counter()
     try:
         async with client.stream(path, body) as response:
             if response.status != 200:
@@ -373,6 +464,7 @@ class _Tally:
             else:
                 result.itl.append((now - self.last) / max(new, 1))
             self.last = now
+            result.chunk_times.append(now)
             self.tokens = max(count, self.tokens)
             result.output_tokens = self.tokens  # live, for a level cut at its deadline and for the pruner
         if event.text:

@@ -6,6 +6,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from ._probe import PROGRESS_EVERY
+from ._ratesearch import RATE_STEPS
 
 
 class BehindTheBest(optuna.pruners.BasePruner):
@@ -15,7 +16,8 @@ class BehindTheBest(optuna.pruners.BasePruner):
     rule decides, once `n_startup_trials` trials have finished.
 
     Steps are the probe's (tuner/_probe.py): level index * 1000 + thousandths of the level's tokens; the
-    first `warmup` thousandths of a level, dominated by prefill, are not judged."""
+    first `warmup` thousandths of a level, dominated by prefill, are not judged. Steps past RATE_STEPS are
+    the rate search's (tuner/_ratesearch.py), judged by `_rate_search`."""
 
     def __init__(self, noise: float = 0.5, warmup: int = 2 * PROGRESS_EVERY, n_startup_trials: int = 5) -> None:
         self.noise = noise
@@ -24,6 +26,8 @@ class BehindTheBest(optuna.pruners.BasePruner):
 
     def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
         step = trial.last_step
+        if step is not None and step > RATE_STEPS:
+            return self._rate_search(study, trial.intermediate_values[step])
         if step is None or step % 1000 < self.warmup:
             return False
         value = trial.intermediate_values[step]
@@ -33,6 +37,15 @@ class BehindTheBest(optuna.pruners.BasePruner):
         if best is not None and value * (1 + self.noise) < best:
             return True
         return self.median.prune(study, trial)
+
+    @staticmethod
+    def _rate_search(study: optuna.Study, upper: float) -> bool:
+        """max_rate_under_slo reports the lowest rate that missed the SLO so far: the trial can end no higher,
+        so once that is at or below the best feasible trial's rate it cannot win (no noise margin: the
+        bound is a measured miss, not an extrapolation)."""
+        finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        best = max((t.value for t in finished if t.user_attrs.get("feasible") and t.value is not None), default=None)
+        return best is not None and upper <= best
 
 
 def _at(trial: FrozenTrial, step: int) -> float | None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import optuna
 
+from ._ratesearch import slo_text
 from ._redact import Redactor, redact_env, redact_flags
 from ._spec import Spec
 from ._trial import TrialResult
@@ -42,6 +43,7 @@ def trial_attrs(result: TrialResult, spec: Spec, extra: Mapping[str, Any] | None
         attrs["failure_message"] = failure.message
         attrs["failure_stage"] = failure.stage
         attrs["failure_evidence"] = failure.evidence[-3000:]
+        attrs.update(failure.attrs)
     if result.stopped_early:
         attrs["stopped_early"] = "pruner stopped the probe: slower than earlier trials at the same point"
     if result.gate:
@@ -55,6 +57,9 @@ def trial_attrs(result: TrialResult, spec: Spec, extra: Mapping[str, Any] | None
         level = result.probe.level(spec.objective.concurrency)
         attrs.update({k: _round(v) for k, v in level.as_dict().items()})
         attrs["levels"] = [{k: _round(v) for k, v in m.as_dict().items()} for m in result.probe.levels]
+        if result.probe.rate_search is not None:
+            attrs["rate_search"] = result.probe.rate_search.as_dict()
+            attrs["max_rate_under_slo"] = result.probe.rate_search.rate
     if result.teardown:
         attrs["teardown_killed"] = result.teardown.killed
         attrs["teardown_leftover_pids"] = list(result.teardown.leftover)
@@ -103,6 +108,12 @@ def note_markdown(result: TrialResult, attrs: Mapping[str, Any], feasible: bool)
             blocks.append(f"**Check skipped:** {check}: {why}")
         if attrs.get("slo_violations"):
             blocks.append(f"**SLO violated:** {', '.join(attrs['slo_violations'])}")
+        search = result.probe.rate_search
+        if search is not None:
+            blocks.append(f"**Highest rate under the SLO:** {search.rate:.3g} requests/s "
+                          f"({slo_text(search.spec.slo_ms)} for {search.spec.attainment:.1%} of requests; "
+                          f"search ended: {search.stopped}, {search.seconds:.0f} s)")
+            blocks.append(f"```\n{search.table()}\n```")
     if result.overrides:
         blocks.append("**Server changed:** " + ", ".join(f"`{k}`: asked {v['asked']}, got {v['got']}"
                                                          for k, v in result.overrides.items()))

@@ -26,6 +26,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from ._errors import NoEligibleTrialError, StorageError, UsageError
 from ._export import launch_argv
+from ._ratesearch import slo_text
 from ._results import CONFIRMED_ATTR, eligible, load_study, versus_baseline, winner
 from ._show import failure_breakdown
 
@@ -34,7 +35,7 @@ STAGES = ("launch", "readiness", "server_info", "gate", "probe", "recheck", "tea
 STAGE_COLOURS = {"launch": "#9e9e9e", "readiness": "#4e79a7", "server_info": "#76b7b2", "gate": "#f28e2b",
                  "probe": "#59a14f", "recheck": "#edc948", "teardown": "#b07aa1"}
 IMAGES = {"history": "history.png", "pareto": "pareto.png", "importance": "importance.png",
-          "stages": "stages.png", "failures": "failures.png"}
+          "stages": "stages.png", "failures": "failures.png", "rates": "rates.png"}
 MIN_TRIALS_FOR_IMPORTANCE = 3
 
 
@@ -76,6 +77,7 @@ def report(storage: str, study_name: str | None, out: str | os.PathLike = "repor
         rep.charts = [
             _history(plt, rep, tmp),
             _pareto(plt, rep, tmp),
+            *_rate_curves(plt, rep, tmp),
             _importance(plt, rep, tmp),
             _stages(plt, rep, tmp),
             _failures(plt, rep, tmp),
@@ -321,6 +323,48 @@ def importances(study: optuna.Study, trials: list[FrozenTrial]) -> tuple[dict[st
                     "(Optuna's default evaluator, PED-ANOVA).")
 
 
+def _rate_curves(plt, rep: Report, folder: Path) -> list[Chart]:
+    """max_rate_under_slo: attainment and p99 TTFT against each tested rate, one line per trial, the
+    winner's drawn over the others. No chart for other objectives."""
+    searched = [t for t in rep.trials if (t.user_attrs.get("rate_search") or {}).get("steps")
+                and t.user_attrs.get("reused_from") is None]
+    if not searched:
+        return []
+    chart = Chart("rates", "SLO attainment and p99 TTFT against request rate")
+    try:
+        best = winner(rep.study).trial
+    except NoEligibleTrialError:
+        best = None
+    best_number = best.number if best is not None else None
+    search = searched[0].user_attrs["rate_search"]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 7), sharex=True)
+    for t in sorted(searched, key=lambda t: t.number == best_number):  # the winner last, on top
+        steps = sorted((s for s in t.user_attrs["rate_search"]["steps"] if "slo_attainment" in s),
+                       key=lambda s: s["rate"])
+        rates = [s["rate"] for s in steps]
+        style = dict(color="#e15759", linewidth=2.5, zorder=3, label=f"trial {t.number} (winner)") \
+            if t.number == best_number else dict(color="#bab0ac", linewidth=1, alpha=0.7)
+        top.plot(rates, [s["slo_attainment"] for s in steps], "-o", markersize=3, **style)
+        bottom.plot(rates, [s.get("p99_ttft_ms", 0) for s in steps], "-o", markersize=3, **style)
+    top.axhline(search["attainment_target"], color="#4e79a7", linestyle="--",
+                label=f"target {search['attainment_target']:.1%}")
+    if "ttft" in search["slo_ms"]:
+        bottom.axhline(search["slo_ms"]["ttft"], color="#4e79a7", linestyle="--", label="TTFT SLO")
+    top.set_ylabel("SLO attainment")
+    top.set_title(f"SLO {slo_text(search['slo_ms'])}: each tested rate of each trial")
+    bottom.set_ylabel("p99 TTFT (ms)")
+    bottom.set_yscale("log")
+    bottom.set_xlabel("request rate (requests/s)")
+    for ax in (top, bottom):
+        ax.grid(alpha=0.3)
+        ax.legend(loc="best", fontsize=8)
+    chart.file = _save(plt, fig, folder, "rates")
+    chart.note = (f"{len(searched)} trials searched; " + (
+        f"the winner, trial {best_number}, sustained {best.user_attrs['max_rate_under_slo']:.3g} requests/s."
+        if best is not None else "none met the SLO at any rate."))
+    return [chart]
+
+
 def _importance(plt, rep: Report, folder: Path) -> Chart:
     chart = Chart("importance", "Parameter importance")
     values, chart.note = importances(rep.study, rep.trials)
@@ -464,7 +508,9 @@ def _winner_html(study: optuna.Study) -> list[str]:
         return ['<h2>Best configuration</h2><p class="bad">No trial passed every gate: nothing may be deployed.</p>']
     a = best.trial.user_attrs
     metric = _objective_names(study)[0]
-    metrics = ", ".join(f"{k} {v:.1f}" for k, v in best.figures.items())
+    rate = [f"max_rate_under_slo {a['max_rate_under_slo']:.2f}"] if isinstance(a.get("max_rate_under_slo"),
+                                                                               (int, float)) else []
+    metrics = ", ".join(rate + [f"{k} {v:.1f}" for k, v in best.figures.items()])
     gain = versus_baseline(study, best, metric)
     out = ["<h2>Best configuration</h2>",
            f'<p class="ok">Winner: {e(best.describe(metric))}</p>',

@@ -13,6 +13,8 @@ from typing import Any
 import yaml
 
 from ._errors import SpaceError
+from ._goodput import SLO_METRICS
+from ._ratesearch import RateSearchSpec
 from ._schema import Section, check_type, did_you_mean
 from ._space import Space, parse_constraints, parse_params
 
@@ -64,6 +66,15 @@ class GateSpec:
 
 
 @dataclass(frozen=True)
+class SharedPrefix:
+    """bench_serving's generated-shared-prefix workload: a few long system prompts shared by many requests."""
+
+    groups: int = 4
+    system_prompt_len: int = 2048
+    question_len: int = 128
+
+
+@dataclass(frozen=True)
 class ProbeSpec:
     concurrency: tuple[int, ...] = (64,)
     requests: int = 128
@@ -73,6 +84,8 @@ class ProbeSpec:
     warmup: int = 2
     seed: int = 0
     dataset: str | None = None
+    dataset_format: str = "jsonl"  # or sharegpt (tuner/_workloads.py)
+    shared_prefix: SharedPrefix | None = None
     request_timeout: float = 600.0
     max_error_rate: float = 0.0
     # Output tokens of each request of the untimed check wave (0: none); see tuner/_probe.py.
@@ -80,6 +93,12 @@ class ProbeSpec:
     # Seconds the whole probe may take; each level (the check wave too) gets an equal share of what is left
     # and is cut at its end, its figures taken over what streamed until then.
     time_budget: float = 1800.0
+    # Open-loop levels (requests/s), run after the concurrency levels; see tuner/_arrivals.py.
+    rates: tuple[float, ...] = ()
+    burstiness: float = 1.0
+    max_in_flight: int | None = None
+    # An open-loop level whose 90th percentile of send lateness is above this fails as client_too_slow.
+    max_send_lateness: float = 0.05
 
 
 @dataclass(frozen=True)
@@ -90,6 +109,7 @@ class Objective:
     slo: Mapping[str, float] = field(default_factory=dict)
     second_metric: str | None = None
     second_direction: str = "minimize"
+    rate_search: RateSearchSpec | None = None  # metric max_rate_under_slo
 
     @property
     def names(self) -> list[str]:
@@ -252,35 +272,93 @@ def _parse_probe(s: Section) -> ProbeSpec:
             raise SpaceError(f"{s.child('concurrency')}[{i}]", "must be at least 1", "give a positive concurrency")
     if not conc:
         raise SpaceError(s.child("concurrency"), "is empty", "give at least one concurrency level")
+    rates = s.get("rates", list, [])
+    for i, r in enumerate(rates):
+        if check_type(r, float, f"{s.child('rates')}[{i}]") <= 0:
+            raise SpaceError(f"{s.child('rates')}[{i}]", "must be positive", "give requests per second > 0")
     probe = ProbeSpec(
         concurrency=tuple(conc), requests=s.get("requests", int, 128), input_len=s.get("input-len", int, 1024),
         output_len=s.get("output-len", int, 256), len_jitter=s.get("len-jitter", float, 0.0),
         warmup=s.get("warmup", int, 2), seed=s.get("seed", int, 0), dataset=s.get("dataset", str, None),
         request_timeout=s.get("request-timeout", float, 600.0),
         max_error_rate=s.get("max-error-rate", float, 0.0), check_tokens=s.get("check-tokens", int, 32),
-        time_budget=s.get("time-budget", float, 1800.0))
+        time_budget=s.get("time-budget", float, 1800.0), rates=tuple(float(r) for r in rates),
+        burstiness=s.get("burstiness", float, 1.0), max_in_flight=s.get("max-in-flight", int, None),
+        max_send_lateness=s.get("max-send-lateness", float, 0.05),
+        dataset_format=s.get("dataset-format", str, "jsonl"), shared_prefix=_parse_shared_prefix(s))
     for key, value in (("requests", probe.requests), ("input-len", probe.input_len),
                        ("output-len", probe.output_len)):
         if value < 1:
             raise SpaceError(s.child(key), "must be at least 1", "give a positive number")
     if probe.time_budget <= 0:
         raise SpaceError(s.child("time-budget"), "must be positive", "give seconds > 0, e.g. 1800")
+    if probe.burstiness <= 0:
+        raise SpaceError(s.child("burstiness"), "must be positive", "give 1 for Poisson arrivals, < 1 for burstier")
+    if probe.max_in_flight is not None and probe.max_in_flight < 1:
+        raise SpaceError(s.child("max-in-flight"), "must be at least 1", "give a positive cap or leave it out")
+    if probe.max_send_lateness <= 0:
+        raise SpaceError(s.child("max-send-lateness"), "must be positive", "give seconds > 0, e.g. 0.05")
     if probe.check_tokens < 0:
         raise SpaceError(s.child("check-tokens"), "must not be negative", "give 32, say, or 0 for no check wave")
     if not 0 <= probe.len_jitter < 1:
         raise SpaceError(s.child("len-jitter"), "must be in [0, 1)", "give a fraction such as 0.5")
-    if probe.dataset and not Path(probe.dataset).is_file():
-        raise SpaceError(s.child("dataset"), f"{probe.dataset} does not exist", "give a JSONL file of prompts")
+    if probe.dataset_format not in DATASET_FORMATS:
+        raise SpaceError(s.child("dataset-format"), f"unknown format '{probe.dataset_format}'",
+                         did_you_mean(probe.dataset_format, DATASET_FORMATS) or "use jsonl or sharegpt")
+    if probe.dataset:
+        if probe.shared_prefix:
+            raise SpaceError(s.child("shared-prefix"), "cannot be used with probe.dataset",
+                             "drop one of them: the shared-prefix workload makes its own prompts")
+        _check_dataset(probe, s.child("dataset"))
     s.done()
     return probe
 
 
+DATASET_FORMATS = ("jsonl", "sharegpt")
+
+
+def _parse_shared_prefix(s: Section) -> SharedPrefix | None:
+    if s.data.get("shared-prefix") is None:
+        s.get("shared-prefix", dict, None)  # known key, left out or null
+        return None
+    sp = s.section("shared-prefix")
+    parsed = SharedPrefix(sp.get("groups", int, 4), sp.get("system-prompt-len", int, 2048),
+                          sp.get("question-len", int, 128))
+    for key, value in (("groups", parsed.groups), ("system-prompt-len", parsed.system_prompt_len),
+                       ("question-len", parsed.question_len)):
+        if value < 1:
+            raise SpaceError(sp.child(key), "must be at least 1", "give a positive number")
+    sp.done()
+    return parsed
+
+
+def _check_dataset(probe: ProbeSpec, path: str) -> None:
+    """The file is read now, so that a missing or malformed one is refused before anything is launched."""
+    from ._workloads import load_rows  # the workloads module reads ProbeSpec from here
+
+    if not Path(probe.dataset).is_file():
+        raise SpaceError(path, f"{probe.dataset} does not exist",
+                         "give a local JSONL file of prompts, or a ShareGPT JSON file with dataset-format: sharegpt")
+    try:
+        rows = load_rows(probe.dataset, probe.dataset_format, probe.output_len)
+    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as exc:
+        raise SpaceError(path, f"{probe.dataset} is not a {probe.dataset_format} dataset ({str(exc)[:80]})",
+                         "check probe.dataset-format (jsonl or sharegpt) and the file") from None
+    if not rows:
+        raise SpaceError(path, f"{probe.dataset} has no usable prompts",
+                         "ShareGPT rows need two turns; JSONL rows need a 'prompt'")
+
+
 def _parse_objective(s: Section, probe: ProbeSpec) -> Objective:
+    if s.data.get("metric") == RATE_METRIC:
+        return _parse_rate_objective(s, probe)
+
     def metric(key: str, default: str | None) -> str | None:
         value = s.get(key, str, default)
         if value is not None and value not in METRICS:
             raise SpaceError(s.child(key), f"unknown metric '{value}'",
-                             did_you_mean(value, METRICS) or "use e.g. output_throughput or p99_ttft_ms")
+                             did_you_mean(value, (*METRICS, RATE_METRIC))
+                             or f"use e.g. output_throughput, p99_ttft_ms or {RATE_METRIC}")
         return value
 
     def direction(key: str, metric_name: str | None) -> str:
@@ -299,11 +377,54 @@ def _parse_objective(s: Section, probe: ProbeSpec) -> Objective:
             raise SpaceError(f"{s.child('slo')}.{key}", "is not a metric",
                              did_you_mean(str(key), METRICS) or "use e.g. p99_ttft_ms")
         slo[key] = float(check_type(value, float, f"{s.child('slo')}.{key}"))
-    conc = s.get("concurrency", int, None)
-    if conc is not None and conc not in probe.concurrency:
-        raise SpaceError(s.child("concurrency"), f"{conc} is not one of probe.concurrency {list(probe.concurrency)}",
-                         "add it to probe.concurrency or choose a listed level")
+    conc = _objective_level(s, probe)
     obj = Objective(first, direction("direction", first), conc, slo, second,
                     direction("second-direction", second) if second else "minimize")
     s.done()
     return obj
+
+
+RATE_METRIC = "max_rate_under_slo"
+
+
+def _objective_level(s: Section, probe: ProbeSpec) -> int | None:
+    """Which closed-loop level counts (for max_rate_under_slo: whose rate starts the search); None: the highest."""
+    conc = s.get("concurrency", int, None)
+    if conc is not None and conc not in probe.concurrency:
+        raise SpaceError(s.child("concurrency"), f"{conc} is not one of probe.concurrency {list(probe.concurrency)}",
+                         "add it to probe.concurrency or choose a listed level")
+    return conc
+
+
+def _parse_rate_objective(s: Section, probe: ProbeSpec) -> Objective:
+    """`metric: max_rate_under_slo`: SLOs in SGLang's goodput terms, the attainment, and the search's bounds."""
+    s.get("metric", str)
+    slo_section = s.section("slo", required=True)
+    slo = {}
+    for key in slo_section.data:
+        path = slo_section.child(str(key))
+        if key not in SLO_METRICS:
+            raise SpaceError(path, "is not an SLO metric",
+                             did_you_mean(str(key), SLO_METRICS) or f"use {', '.join(SLO_METRICS)} (milliseconds)")
+        slo[key] = float(slo_section.get(key, float))
+        if slo[key] <= 0:
+            raise SpaceError(path, "must be positive", "give a limit in milliseconds, e.g. 2000")
+    if not slo:
+        raise SpaceError(s.child("slo"), "is empty", f"give at least one of {', '.join(SLO_METRICS)} in milliseconds")
+    search = RateSearchSpec(slo, attainment=s.get("attainment", float, 0.99),
+                            precision=s.get("precision", float, 0.05), budget=s.get("search-budget", float, 600.0),
+                            seconds_per_rate=s.get("seconds-per-rate", float, 30.0))
+    if not 0 < search.attainment <= 1:
+        raise SpaceError(s.child("attainment"), f"{search.attainment:g} is outside (0, 1]",
+                         "give the share of requests that must meet the SLO, e.g. 0.99")
+    if not 0 < search.precision < 1:
+        raise SpaceError(s.child("precision"), "must be in (0, 1)", "give a relative precision such as 0.05")
+    if search.seconds_per_rate <= 0:
+        raise SpaceError(s.child("seconds-per-rate"), "must be positive", "give seconds > 0, e.g. 30")
+    if search.budget < search.seconds_per_rate:
+        raise SpaceError(s.child("search-budget"),
+                         f"{search.budget:g} s is too short for one rate of {search.seconds_per_rate:g} s",
+                         "give at least objective.seconds-per-rate, or several times it for a search")
+    conc = _objective_level(s, probe)
+    s.done()
+    return Objective(RATE_METRIC, "maximize", conc, rate_search=search)

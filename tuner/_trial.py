@@ -17,11 +17,11 @@ from typing import Any
 
 import httpx
 
-from ._failures import FailureKind, FailureRecord, TrialFailure
+from ._failures import FailureKind, FailureRecord, ProbeStopped, TrialFailure
 from ._gate import GateResult, run_gate
 from ._launch import LaunchRequest, ServerProcess, launch
 from ._logwatch import LogWatcher
-from ._probe import ProbeResult, ProbeStopped, run_probe
+from ._probe import ProbeResult, run_probe
 from ._readiness import SETTLE_S, check_alive, wait_until_ready
 from ._redact import redact_argv
 from ._space import ServerConfig
@@ -125,7 +125,8 @@ def run_trial(ctx: TrialContext, plan: TrialPlan) -> TrialResult:
                                          alive=lambda: check_alive(server, watcher, "probe", ctx.cancel),
                                          objective_level=spec.objective.concurrency,
                                          on_progress=ctx.on_progress,
-                                         check_text=spec.gate.enabled("degenerate-text"))
+                                         check_text=spec.gate.enabled("degenerate-text"),
+                                         rate_search=spec.objective.rate_search)
             if spec.gate.recheck_after_load:
                 with stage("recheck"), _explained(server, watcher, "recheck"):
                     run_gate(client, engine, spec.gate, stage="recheck", vocab_size=vocab, quick=True)

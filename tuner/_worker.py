@@ -267,7 +267,8 @@ class Worker:
     def _run(self, trial: optuna.Trial, config: ServerConfig) -> TrialResult:
         plan = TrialPlan(trial.number, config, self.workdir / f"trial-{trial.number}",
                          free_port(self.spec.server.host), reference=trial.study.user_attrs.get(REFERENCE_ATTR))
-        prunable = not self.spec.objective.second_metric and "throughput" in self.spec.objective.metric
+        objective = self.spec.objective
+        prunable = not objective.second_metric and ("throughput" in objective.metric or objective.rate_search)
         reports = PrunerReports(trial) if prunable else None
         ctx = dataclasses.replace(self.ctx, on_progress=reports)
         try:
@@ -289,7 +290,7 @@ class Worker:
         values = None
         if result.ok:
             level = result.probe.level(self.spec.objective.concurrency)
-            values = [level.metric(name) for name in self.spec.objective.names]
+            values = [result.probe.value(name, self.spec.objective.concurrency) for name in self.spec.objective.names]
             slo = [f"{name} {level.metric(name):.1f} > {limit:g}" for name, limit in self.spec.objective.slo.items()
                    if level.metric(name) > limit]
             if slo:
@@ -300,7 +301,9 @@ class Worker:
         attrs["feasible"] = feasible
         attrs["ended_at"] = time.time()
         set_user_attrs(trial, attrs)
-        trial.set_constraint(FEASIBILITY, feasibility_constraint(feasible, result.stopped_early))
+        # A client too slow for its rate says nothing about the configuration: not taught as a bad region.
+        blameless = result.stopped_early or (result.failure is not None and not result.failure.kind.blames_config)
+        trial.set_constraint(FEASIBILITY, feasibility_constraint(feasible, blameless))
         if feasible and extra.get("baseline") and result.gate is not None:
             trial.study.set_user_attr(REFERENCE_ATTR, dict(result.gate.reference))
         self._annotate(trial, result, attrs, feasible)
