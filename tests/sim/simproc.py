@@ -88,7 +88,8 @@ class Sim:
             if not self.alive():
                 raise AssertionError(f"simulator exited with {self.proc.returncode}\n{self.log()[-4000:]}")
             try:
-                return httpx.get(self.url + "/health", timeout=1.0).status_code == 200
+                # /health runs a one-token generation after at least a (time-scaled) second, as SGLang's does.
+                return httpx.get(self.url + "/health", timeout=15.0).status_code == 200
             except httpx.HTTPError:
                 return False
         self.wait_for(ready, timeout, "readiness")
