@@ -18,6 +18,7 @@ proposal is answered from the earlier measurement without a restart, as the tune
 
 from __future__ import annotations
 
+import importlib.util
 import tempfile
 import warnings
 from collections.abc import Callable
@@ -29,9 +30,7 @@ from tuner._space import Space
 
 def available() -> str | None:
     """Why SMAC cannot run here, or None."""
-    try:
-        import smac  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("smac") is None:  # as the GP check does: no import of the package just to ask
         return "needs the smac package (pip install -e '.[bench]')"
     return None
 
