@@ -156,18 +156,33 @@ def store_log(result: TrialResult, redactor: Redactor, cap_mb: float) -> None:
         if size <= cap:
             redactor.copy(src, dst, size)
         else:
-            # Cut where no part of a secret can be left unmasked: at a line's end (no secret spans one),
-            # or inside a very long line with a secret's length dropped on each side of the cut.
+            half = max((cap - len(_cut_marker(size, cap_mb))) // 2, 0)  # the marker of a longer cut is no shorter
+            # Cut where no part of a secret can be left unmasked: at a line's end (no secret spans one), or
+            # inside a very long line with a secret's length dropped on each side of the cut; both cuts fall
+            # inside the cap, so that head, marker and tail together never exceed it.
             margin = redactor.longest
-            head = _line_end(src, cap // 2) or cap // 2 - margin
-            tail = _line_end(src, size - cap // 2) or size - cap // 2 + margin
+            head = _line_end_before(src, half) or max(half - margin, 0)
+            tail = _line_end(src, size - half) or size - half + margin
             src.seek(0)
             redactor.copy(src, dst, head)
-            dst.write(f"\n[tuner: {tail - head:,} bytes of this log cut here; the log kept per trial is capped "
-                      f"at server.log-cap-mb: {cap_mb:g}]\n".encode())
+            dst.write(_cut_marker(tail - head, cap_mb))
             src.seek(tail)
             redactor.copy(src, dst, size - tail)
     os.replace(tmp, path)
+
+
+def _cut_marker(cut: int, cap_mb: float) -> bytes:
+    return (f"\n[tuner: {cut:,} bytes of this log cut here; the log kept per trial is capped "
+            f"at server.log-cap-mb: {cap_mb:g}]\n").encode()
+
+
+def _line_end_before(f: Any, at: int, within: int = 1 << 16) -> int | None:
+    """The offset just past the last newline in the `within` bytes before `at`; None where there is none."""
+    start = max(at - within, 0)
+    f.seek(start)
+    block = f.read(at - start)
+    nl = block.rfind(b"\n")
+    return start + nl + 1 if nl >= 0 else None
 
 
 def _line_end(f: Any, at: int, within: int = 1 << 16) -> int | None:
