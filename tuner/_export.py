@@ -64,7 +64,13 @@ def _env(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> dict[str, str]
     return redact_env({**study.user_attrs.get("server_env", {}), **trial.user_attrs.get("env", {})})
 
 
-def render(study: optuna.Study, best: Winner, fmt: str, script: str | None = None) -> str:
+# The address the printed launch commands serve on: every interface, as a deployed server does (the tuner's own
+# trial servers bind to 127.0.0.1). The same in the file's header and on the screen.
+DEPLOY_ADDRESS = ["--host", "0.0.0.0", "--port", "30000"]
+
+
+def render(study: optuna.Study, best: Winner, fmt: str, script: str | None = None,
+           config_name: str = "best.yaml") -> str:
     trial = best.trial
     attrs = trial.user_attrs
     engine = _engine(study, trial)
@@ -80,7 +86,8 @@ def render(study: optuna.Study, best: Winner, fmt: str, script: str | None = Non
                         + [shlex.join(launch_argv(study, trial))]) + "\n"
     in_file, launch_line = _spelled(study, trial)
     body = yaml.safe_dump(engine.config_file(in_file, model), sort_keys=False, default_flow_style=False)
-    return _header(study, best, env, launch_command(study, engine), flag_argv(launch_line), script) + body
+    return _header(study, best, env, launch_command(study, engine), flag_argv(launch_line), script,
+                   config_name) + body
 
 
 def render_script(study: optuna.Study, trial: optuna.trial.FrozenTrial, config: Path) -> str:
@@ -102,7 +109,7 @@ def render_script(study: optuna.Study, trial: optuna.trial.FrozenTrial, config: 
 
 
 def _header(study: optuna.Study, best: Winner, env: dict[str, str], command: list[str],
-            launch_argv: list[str], script: str | None) -> str:
+            launch_argv: list[str], script: str | None, config_name: str) -> str:
     a = best.trial.user_attrs
     metric = (study.metric_names or ["output_throughput"])[0]
     metrics = ", ".join(f"{k} {v:.1f}" for k, v in best.figures.items())
@@ -120,12 +127,12 @@ def _header(study: optuna.Study, best: Winner, env: dict[str, str], command: lis
     if launch_argv:
         lines += ["", f"{' '.join(launch_argv)} must stay on the command line: SGLang's --config refuses it"]
     if study.user_attrs.get("server_takes_config", True):
-        launch = [*command, "--config", "THIS_FILE", *launch_argv, "--host", "127.0.0.1", "--port", "30000"]
+        launch = [*command, "--config", config_name, *launch_argv, *DEPLOY_ADDRESS]
         lines += ["", f"Launch: {shlex.join(launch)}"]
         if script:
-            lines.append(f"  (or: sh {script} --host 127.0.0.1 --port 30000, which does the same)")
+            lines.append(f"  (or: sh {script} {shlex.join(DEPLOY_ADDRESS)}, which does the same)")
     else:
-        lines += ["", f"Launch: sh {script} --host 127.0.0.1 --port 30000",
+        lines += ["", f"Launch: sh {script} {shlex.join(DEPLOY_ADDRESS)}",
                   "  (this server has no --config: the script holds the whole command line)"]
     return "".join(f"# {line}\n" if line else "#\n" for line in lines)
 
@@ -154,7 +161,7 @@ def export(storage: str, study_name: str | None, out: str | None, fmt: str, numb
             print(f"  trial {t.number}: {', '.join(f'{v:.1f}' for v in t.values)}", file=sys.stderr)
     path = None if out == "-" or (out is None and fmt != "yaml") else Path(out or "best.yaml")
     script = path.with_suffix(".sh") if path is not None and fmt == "yaml" and needs_script(study, trial) else None
-    text = render(study, best, fmt, script.name if script else None)
+    text = render(study, best, fmt, script.name if script else None, path.name if path else "best.yaml")
     if path is None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
         return None
@@ -166,7 +173,7 @@ def export(storage: str, study_name: str | None, out: str | None, fmt: str, numb
         written, launch = f"{path} and {script}", ["sh", str(script)]
     else:
         written, launch = str(path), [*launch_command(study, _engine(study, trial)), "--config", str(path)]
-    print(f"wrote {written}: {best.describe(metric)}\nlaunch it with: {shlex.join(launch)} --host 0.0.0.0 --port 30000",
+    print(f"wrote {written}: {best.describe(metric)}\nlaunch it with: {shlex.join([*launch, *DEPLOY_ADDRESS])}",
           file=sys.stderr)
     return path
 
