@@ -8,6 +8,8 @@ runs each strategy for `--trials` trials (default 40) over `--seeds` seeds (defa
 - `random-valid`: random search that never draws a configuration breaking a declared constraint or one already
   measured (plain random spends a fifth to a quarter of its trials on those: free, but counted in its budget);
 - `gp`: the tuner with `--sampler gp` (Optuna's GPSampler; needs torch and scipy, skipped without them);
+- `nevergrad`: Nevergrad's NGOpt through its ask/tell interface (`benchmarks/_nevergrad_anchor.py` says how the
+  space maps onto it; needs `pip install -e '.[bench]'`, skipped without it);
 - `smac`: SMAC3's random-forest BO through its ask/tell interface (`benchmarks/_smac_anchor.py` says how the
   space maps onto it; needs `pip install -e '.[bench]'`, skipped without it);
 - `grid`: a tiered grid in the manner of SGLang's `auto_benchmark` (below).
@@ -92,7 +94,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -105,6 +107,7 @@ sys.path.insert(0, str(REPO))
 import optuna  # noqa: E402
 
 import _landscapes  # noqa: E402
+import _nevergrad_anchor  # noqa: E402
 import _smac_anchor  # noqa: E402
 from tuner._failures import FailureKind, FailureRecord  # noqa: E402
 from tuner._probe import LevelMetrics, ProbeResult  # noqa: E402
@@ -123,9 +126,10 @@ from tuner.sim._profile import Profile, load_profile  # noqa: E402
 PROFILES_DIR = REPO / "tuner" / "sim" / "profiles"
 SPACES_DIR = REPO / "search_spaces"
 CACHE_DIR = REPO / ".cache" / "search_efficiency"
-STRATEGIES = ("tpe", "random", "random-valid", "gp", "smac", "grid")
+STRATEGIES = ("tpe", "random", "random-valid", "gp", "smac", "nevergrad", "grid")
 LABELS = {"tpe": "tpe (tuner default)", "random": "random", "random-valid": "random, valid only",
-          "gp": "gp (Optuna GPSampler)", "smac": "smac (SMAC3 RF)", "grid": "tiered grid"}
+          "gp": "gp (Optuna GPSampler)", "smac": "smac (SMAC3 RF)", "nevergrad": "nevergrad (NGOpt)",
+          "grid": "tiered grid"}
 TARGET = 0.98  # "reached": the pick's true value is at least this share of the optimum
 EXHAUSTIVE_MAX = 20_000  # valid grid points up to which the optimum is found by evaluating every one
 OPTIMUM_METHOD = "v1"  # bump when the optimum search changes: old cache files are then ignored
@@ -493,8 +497,9 @@ class TieredGrid:
         return observed
 
 
-def run_smac(problem: Problem, seed: int, trials: int) -> list[TrialRecord]:
-    """SMAC proposes; refusals and repeats are free, as in the tuner; everything else is one server start."""
+def run_ask_tell(problem: Problem, seed: int, trials: int, anchor: Callable[..., None]) -> list[TrialRecord]:
+    """An outside optimiser (SMAC, Nevergrad) proposes; refusals and repeats are free, as in the tuner;
+    everything else is one server start."""
     records: list[TrialRecord] = []
     observed_by_key: dict[str, float | None] = {}
 
@@ -513,7 +518,7 @@ def run_smac(problem: Problem, seed: int, trials: int) -> list[TrialRecord]:
                                    problem.gpu_seconds(config, m)))
         return observed
 
-    _smac_anchor.run_smac(problem.space, seed, trials, problem.maximize, measure)
+    anchor(problem.space, seed, trials, problem.maximize, measure)
     return records
 
 
@@ -531,7 +536,9 @@ def run_strategy(task: tuple[str, str, int, int, float]) -> tuple[str, str, int,
     if strategy == "grid":
         records = TieredGrid(problem, seed, trials).run()
     elif strategy == "smac":
-        records = run_smac(problem, seed, trials)
+        records = run_ask_tell(problem, seed, trials, _smac_anchor.run_smac)
+    elif strategy == "nevergrad":
+        records = run_ask_tell(problem, seed, trials, _nevergrad_anchor.run_nevergrad)
     else:
         records = run_tuner(problem, strategy, seed, trials)
     return name, strategy, seed, records, time.monotonic() - t0
@@ -774,7 +781,7 @@ def print_table(problem: Problem, optimum: Optimum, stats: dict[str, dict[str, A
               f"{_hours(_median(s['gpu_h_to'])):>13} {_hours_ratio(s, rnd):>13}")
 
 
-ANCHORS = ("random-valid", "gp", "smac", "grid")  # the established strategies the tuner must beat
+ANCHORS = ("random-valid", "gp", "smac", "nevergrad", "grid")  # the established strategies the tuner must beat
 
 
 WITHIN = 40  # restarts within which a seed should reach 98% ...
@@ -821,7 +828,7 @@ def verdict(stats: dict[str, dict[str, Any]], trials: int) -> Verdict | None:
 
 def print_summary(all_stats: dict[str, dict[str, dict[str, Any]]], trials: int) -> None:
     print("\n== Summary: the tuner (tpe) against the targets (median restarts to 98% <= 1/3 of random's and below"
-          " the best anchor's (random valid only, gp, smac, grid); 98% within "
+          " the best anchor's (random valid only, gp, smac, nevergrad, grid); 98% within "
           f"{WITHIN} restarts in >= {WITHIN_SEEDS:.0%} of the seeds; crash/NaN per restart after trial 10 <= 10%)")
     print(f"   {'landscape':<22} {'tpe/random':>11} {'tpe/best anchor':>24} {'within ' + str(WITHIN):>10} "
           f"{'tpe crash/NaN':>14} {'GPU-h/random':>13}  verdict")
@@ -892,6 +899,8 @@ def available_strategies(wanted: Sequence[str]) -> tuple[list[str], dict[str, st
         skipped["gp"] = "Optuna's GPSampler needs torch and scipy (pip install torch scipy)"
     if "smac" in wanted and (reason := _smac_anchor.available()):
         skipped["smac"] = reason
+    if "nevergrad" in wanted and (reason := _nevergrad_anchor.available()):
+        skipped["nevergrad"] = reason
     return [s for s in wanted if s not in skipped], skipped
 
 

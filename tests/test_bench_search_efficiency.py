@@ -19,10 +19,10 @@ def test_quick_mode_prints_every_strategy() -> None:
     assert "restarts to 98%" in out and "crash/NaN 11+" in out
     table = out.split("== glm5-nvfp4-sm120:")[1].split("== Summary")[0]
     for label in ("tpe (tuner default)", "random", "random, valid only", "gp (Optuna GPSampler)", "smac (SMAC3 RF)",
-                  "tiered grid"):
+                  "nevergrad (NGOpt)", "tiered grid"):
         row = next((line for line in table.splitlines() if line.strip().startswith(label)), None)
         assert row is not None, f"no row for {label}:\n{out}"
-        # A figure, or the reason the strategy could not run here (GP needs torch, SMAC the bench extra).
+        # A figure, or the reason the strategy could not run here (GP needs torch; SMAC, Nevergrad the bench extra).
         assert "%" in row or "skipped:" in row, row
     assert "== Summary" in out and "glm5-nvfp4-sm120" in out.split("== Summary")[1]
 
