@@ -16,7 +16,7 @@ import yaml
 
 from ._ratesearch import slo_text
 from ._redact import redact_argv, redact_env
-from ._results import Winner, load_study, pareto_front, winner
+from ._results import Winner, load_study, objective_metric, pareto_front, winner
 from .engines import flag_argv, get_engine
 
 
@@ -111,7 +111,7 @@ def render_script(study: optuna.Study, trial: optuna.trial.FrozenTrial, config: 
 def _header(study: optuna.Study, best: Winner, env: dict[str, str], command: list[str],
             launch_argv: list[str], script: str | None, config_name: str) -> str:
     a = best.trial.user_attrs
-    metric = (study.metric_names or ["output_throughput"])[0]
+    metric = objective_metric(study)
     metrics = ", ".join(f"{k} {v:.1f}" for k, v in best.figures.items())
     lines = [
         f"Best configuration of study '{study.study_name}': {best.describe(metric)}",
@@ -166,7 +166,7 @@ def export(storage: str, study_name: str | None, out: str | None, fmt: str, numb
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
         return None
     _write_atomically(path, text)
-    metric = (study.metric_names or ["output_throughput"])[0]
+    metric = objective_metric(study)
     if script is not None:
         _write_atomically(script, render_script(study, trial, path))
         script.chmod(0o755)

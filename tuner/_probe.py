@@ -286,17 +286,19 @@ async def _level(client: StreamClient, engine: Engine, spec: ProbeSpec, concurre
     allowed_bad = (1 - slo.attainment) * len(work) + 1e-9 if slo and slo.attainment is not None else math.inf
     finished_bad = 0
 
+    def past_saving() -> list[RequestResult]:
+        """Requests still streaming that can no longer meet the SLOs."""
+        now = time.perf_counter()
+        return [r for r, item in zip(results, work) if r.started and not (r.ok or r.error)
+                and certainly_bad(r, item.output_len, now - r.sent_at, slo.slo_ms)]
+
     def judge(streaming_too: bool) -> None:
         """End the level once the SLO verdict is certain: more requests than the attainment allows are
         finished and not good, or (on the ticker's scan) still streaming and past saving."""
         nonlocal missed
         if allowed_bad == math.inf or missed:
             return
-        bad = finished_bad
-        if streaming_too:
-            now = time.perf_counter()
-            bad += sum(1 for r, item in zip(results, work) if r.started and not (r.ok or r.error)
-                       and certainly_bad(r, item.output_len, now - r.sent_at, slo.slo_ms))
+        bad = finished_bad + (len(past_saving()) if streaming_too else 0)
         if bad > allowed_bad:
             missed = True
             end_level()
@@ -392,9 +394,7 @@ async def _level(client: StreamClient, engine: Engine, spec: ProbeSpec, concurre
         # At a cut, requests still streaming count as sent and not good; at an early verdict only those
         # already past saving do, and those still undecided are left out.
         if missed:
-            now = time.perf_counter()
-            streaming = [r for r, item in zip(results, work) if r.started and not (r.ok or r.error)
-                         and certainly_bad(r, item.output_len, now - r.sent_at, slo.slo_ms)]
+            streaming = past_saving()
         extra.update(goodput([*finished, *streaming], slo.slo_ms, duration))
         extra["slo_missed_early"] = float(missed)
     return dataclasses.replace(metrics, rate=open_loop.rate if open_loop else None,

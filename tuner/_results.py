@@ -56,6 +56,11 @@ def versus_baseline(study: optuna.Study, best: Winner, metric: str) -> str | Non
             f"{before:,.0f} -> {after:,.0f} {unit}".rstrip())
 
 
+def objective_metric(study: optuna.Study) -> str:
+    """The name of the study's (first) objective, as `run` recorded it."""
+    return (study.metric_names or ["output_throughput"])[0]
+
+
 def winner(study: optuna.Study, number: int | None = None) -> Winner:
     """The trial to deploy (`number` picks another eligible one), confirmed or not."""
     trial = best_trial(study, number)
@@ -67,8 +72,7 @@ def winner(study: optuna.Study, number: int | None = None) -> Winner:
     median = confirmation["median"]
     figures: dict[str, Any] = {**first_run, **confirmation.get("figures", {})}
     if len(study.directions) == 1:
-        metric = study.metric_names[0] if study.metric_names else "output_throughput"
-        figures[metric] = median
+        figures[objective_metric(study)] = median
     return Winner(trial, True, figures, runs, (max(runs) - min(runs)) / median if median else 0.0)
 
 

@@ -10,7 +10,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from ._errors import NoEligibleTrialError
 from ._progress import fit, format_value, table
-from ._results import load_study, winner
+from ._results import load_study, objective_metric, winner
 
 # Each column one precision: throughput to 0.1 tok/s, TTFT to the ms, ITL to 0.1 ms, time to 0.1 s.
 _METRICS = (("out tok/s", "output_throughput", "{:.1f}"), ("p99 TTFT ms", "p99_ttft_ms", "{:.0f}"),
@@ -27,7 +27,7 @@ def show(storage: str, study_name: str | None, sort: str = "value", failed_only:
          wide: bool = False) -> str:
     study = load_study(storage, study_name)
     everything = study.get_trials(deepcopy=False)
-    metric = (study.metric_names or ["output_throughput"])[0]
+    metric = objective_metric(study)
     width = shutil.get_terminal_size((120, 24)).columns
     try:
         best = winner(study)
