@@ -3,6 +3,8 @@ the queue grows without bound (longer runs see longer latency), and goodput peak
 
 from __future__ import annotations
 
+import itertools
+
 from tuner._probe import run_probe
 from tuner._spec import ProbeSpec
 from tuner.engines import get_engine
@@ -12,9 +14,15 @@ from .simproc import quick_start_profile
 SLO_MS = {"ttft": 300.0}
 
 
+_SEEDS = itertools.count()
+
+
 def _probe(url: str, **kw):
+    # Prompts of a seed of their own for every run: with the same prompts again, the simulator's prefix cache
+    # served them, and an overloaded run found the earlier runs' prefill done.
     spec = ProbeSpec(**{"concurrency": (64,), "requests": 128, "input_len": 256, "output_len": 32, "warmup": 0,
-                        "check_tokens": 0, "request_timeout": 60, "max_send_lateness": 0.2, **kw})
+                        "check_tokens": 0, "request_timeout": 60, "max_send_lateness": 0.2, "seed": next(_SEEDS),
+                        **kw})
     return run_probe(url, {}, get_engine("sglang"), spec, alive=lambda: None, goodput_slo=SLO_MS)
 
 
