@@ -26,6 +26,7 @@ from optuna.trial import TrialState
 
 from conftest import REPO, instant_space
 from tuner._procs import group_members, start_time
+from tuner._study import open_storage, study_lock
 from tuner._teardown import boot_id, end_orphans, this_worker, write_record
 
 PG_ENV = "TUNER_TEST_POSTGRES_URL"
@@ -300,6 +301,26 @@ def test_sqlite_workers_wait_out_a_locked_database(tuner, procs):
     assert len(finished(study)) == 6
     assert_only_surplus_failed(study)
     assert tuner.leftovers() == {}
+
+
+def test_study_lock_leaves_sqlites_own_locks_alone(tmp_path):
+    """CI caught a worker whose trials after the first never reached trials.db: the lock taken around each
+    decision opened and closed the database file, which drops every POSIX lock SQLite holds on it in that
+    process, so another process's connection closed believing itself the last, checkpointed and removed the
+    write-ahead log under the first, and the first one's later commits went to a deleted file."""
+    path = tmp_path / "trials.db"
+    study = optuna.create_study(study_name="lock", storage=open_storage(f"sqlite:///{path}"))
+    study.set_user_attr("before", 1)  # the worker's connection stays open in its pool, in WAL mode
+    with study_lock(study):
+        pass
+    other = "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('SELECT 1 FROM studies'); c.close()"
+    subprocess.run([sys.executable, "-c", other, str(path)], check=True, timeout=60)
+    study.set_user_attr("after", 2)
+    read = ("import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
+            "print(sorted(k for k, in c.execute('SELECT key FROM study_user_attributes')))")
+    seen = subprocess.run([sys.executable, "-c", read, str(path)], check=True, timeout=60,
+                          capture_output=True, text=True).stdout.strip()
+    assert seen == "['after', 'before']", f"another process sees only {seen}: a commit was lost"
 
 
 def test_postgres_stopped_for_seconds_mid_run_loses_no_trial(tuner, procs, pg_url):

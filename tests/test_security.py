@@ -66,7 +66,7 @@ def test_a_run_writes_only_under_its_work_folder_and_the_storage(tuner, tmp_path
     assert done.returncode == 0, done.stderr[-2000:]
     done = tuner.run("export", "--out", "out/best.yaml", env=env)
     assert done.returncode == 0, done.stderr
-    assert sorted(set(os.listdir(tuner.folder)) - before) == ["out", "trials.db", "work"]
+    assert sorted(set(os.listdir(tuner.folder)) - before) == ["out", "trials.db", "trials.db.lock", "work"]
     assert os.listdir(tuner.folder / "out") == ["best.yaml"]
     assert os.listdir(tuner.folder / "work") == ["here"]
     assert list(home.iterdir()) == [] and list(tmp.iterdir()) == []

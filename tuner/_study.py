@@ -218,6 +218,7 @@ def set_user_attrs(trial: optuna.Trial, attrs: Mapping[str, Any]) -> None:
 
 
 _LOCAL_DECISIONS = threading.Lock()
+SQLITE_LOCK_SUFFIX = ".lock"  # trials.db.lock: the lock file of study_lock
 
 
 @contextlib.contextmanager
@@ -226,8 +227,8 @@ def study_lock(study: optuna.Study) -> Iterator[None]:
 
     For a read-then-write that must not interleave: two workers that both read "nobody runs this
     configuration" and then both write "I run it" would restart the same server twice. PostgreSQL: a
-    session advisory lock (released by the server if the worker dies). SQLite: flock on the database
-    file (independent of SQLite's own fcntl locks; one host only, as SQLite is).
+    session advisory lock (released by the server if the worker dies). SQLite: flock on a lock file
+    beside the database (one host only, as SQLite is).
     """
     storage = study._storage
     backend = getattr(storage, "_backend", storage)
@@ -242,12 +243,15 @@ def study_lock(study: optuna.Study) -> Iterator[None]:
                 connection.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:key)"), {"key": key})
                 connection.commit()
     elif engine is not None and engine.name == "sqlite" and engine.url.database not in (None, "", ":memory:"):
-        with open(engine.url.database, "rb") as db:
-            fcntl.flock(db, fcntl.LOCK_EX)
+        # Never open the database file itself: closing any descriptor of it drops every POSIX lock SQLite
+        # holds on it in this process, and then another worker's connection, believing itself the last,
+        # checkpoints and resets the write-ahead log under this one, whose later commits are lost.
+        with open(f"{engine.url.database}{SQLITE_LOCK_SUFFIX}", "ab") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 yield
             finally:
-                fcntl.flock(db, fcntl.LOCK_UN)
+                fcntl.flock(lock, fcntl.LOCK_UN)
     else:
         with _LOCAL_DECISIONS:
             yield
