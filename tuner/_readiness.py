@@ -35,7 +35,7 @@ class _NotReady(Exception):
 
 def wait_until_ready(server: ServerProcess, engine: Engine, watcher: LogWatcher, client: httpx.Client,
                      startup_timeout: float, stall_timeout: float,
-                     cancel: threading.Event | None = None, confirm_timeout: float = 600.0) -> ReadinessResult:
+                     cancel: threading.Event | None = None, generate_timeout: float = 600.0) -> ReadinessResult:
     deadline = server.started + startup_timeout
 
     def alive() -> None:
@@ -50,15 +50,14 @@ def wait_until_ready(server: ServerProcess, engine: Engine, watcher: LogWatcher,
 
     def attempt() -> None:
         alive()
-        try:
-            # 5 s: SGLang's /health runs a one-token generation and sleeps a second before it answers
-            # (entrypoints/http_server.py, health_generate); 2 s left too little on a loaded host.
-            response = client.get(engine.ready_path, timeout=5.0)
-        except httpx.HTTPError as exc:
-            raise _NotReady() from exc
-        if response.status_code != 200:
-            raise _NotReady()
-        if engine.confirm_path and _generates(client, engine.confirm_path, confirm_timeout, alive) != 200:
+        if engine.ready_generates:
+            status = _generates(client, engine.ready_path, generate_timeout, alive)
+        else:
+            try:
+                status = client.get(engine.ready_path, timeout=5.0).status_code
+            except httpx.HTTPError as exc:
+                raise _NotReady() from exc
+        if status != 200:
             raise _NotReady()
 
     retrying = tenacity.Retrying(

@@ -72,10 +72,11 @@ class Engine:
     name: str
     default_command: tuple[str, ...]
     ready_path: str
-    # Where a real generation confirms readiness (None: `ready_path` answering is enough). SGLang's /health can
-    # answer before its scheduler has served anything, and a scheduler can die on the first request after
-    # the log says "ready".
-    confirm_path: str | None = None
+    # True: `ready_path` answers only after a real generation (SGLang's /health_generate), so it is asked with
+    # the first request's timeout while the process and its log are watched. SGLang's /health can answer
+    # before its scheduler has served anything (sglang-jax, SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=0), and a
+    # scheduler can die on the first request after the log says "ready".
+    ready_generates: bool = False
     fatal_patterns: Sequence[FatalPattern] = field(default_factory=tuple)
     # Flags whose values say how many GPUs a server uses (product, each defaulting to 1).
     gpu_flags: tuple[str, ...] = ()

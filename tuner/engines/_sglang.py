@@ -60,8 +60,11 @@ class SGLang(Engine):
         super().__init__(
             name="sglang",
             default_command=(sys.executable, "-m", "sglang.launch_server"),
-            ready_path="/health",
-            confirm_path="/health_generate",
+            # One generation of one token, which sleeps a second before it answers (entrypoints/http_server.py,
+            # health_generate). Not /health then /health_generate: SGLang serves both with that one handler,
+            # so asking both cost every start a second generation.
+            ready_path="/health_generate",
+            ready_generates=True,
             fatal_patterns=SGLANG_FATAL,
             gpu_flags=("tp-size", "tensor-parallel-size", "pp-size", "dp-size"),
             display_command=("python", "-m", "sglang.launch_server"),
