@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 
@@ -9,7 +10,7 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
-from conftest import FAULT_SPACE, REPO
+from conftest import FAULT_SPACE, REPO, instant_space
 
 SIM_FAST = {"TUNER_SIM_TIME_SCALE": "0.03", "TUNER_SIM_STARTUP_SCALE": "0.002"}
 
@@ -52,6 +53,17 @@ def test_glm5_twin_study_prunes_nan_backends_and_ends_with_trtllm(tuner):
     assert tuner.leftovers() == {}
     # The terminal showed per-trial outcomes and a summary.
     assert "best" in done.stderr and "qualified" in done.stderr and "winner: trial" in done.stderr
+
+
+def test_readiness_asks_sglang_for_one_generation(tuner):
+    """SGLang serves /health and /health_generate with one handler: a one-token generation that answers after
+    a second. Readiness asks it once (it asked both: a second generation, a second, on every start)."""
+    space = tuner.space(instant_space("ready"))
+    done = tuner.run("run", "--trials", "1", "--space", str(space), "--simulate", "instant")
+    assert done.returncode == 0, done.stderr[-2000:]
+    log = next(tuner.folder.glob("runs/**/trial-0/server.log")).read_text()
+    answered = re.findall(r'"GET (/health\S*) HTTP/1.1" 200', log)
+    assert answered == ["/health_generate"], answered
 
 
 def test_check_catches_flags_of_the_other_sglang_version(tuner):
