@@ -296,10 +296,11 @@ def landscape_paths(name: str) -> tuple[Path, Path]:
     return PROFILES_DIR / f"{name}.yaml", SPACES_DIR / f"{name}.yaml"
 
 
-def generated_names(which: str, count: int) -> list[str]:
-    """The generated landscapes of a set: `train` (generator seeds 0..), `test` (1000..), `all` (both)."""
+def generated_names(which: str, count: int, offset: int = 0) -> list[str]:
+    """The generated landscapes of a set: `train` (generator seeds 0..), `test` (1000..), `all` (both); the first
+    `offset` of each set left out."""
     sets = list(LANDSCAPE_SEEDS) if which == "all" else [which] if which in LANDSCAPE_SEEDS else []
-    return [_landscapes.landscape_name(LANDSCAPE_SEEDS[s] + i) for s in sets for i in range(count)]
+    return [_landscapes.landscape_name(LANDSCAPE_SEEDS[s] + offset + i) for s in sets for i in range(count)]
 
 
 def skip_reason(name: str) -> str | None:
@@ -927,11 +928,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "1000.., all = shipped + train + test (default: the shipped profiles only)")
     parser.add_argument("--landscape-count", type=int, default=30, metavar="N",
                         help="generated landscapes per set (default 30)")
+    parser.add_argument("--landscape-offset", type=int, default=0, metavar="N",
+                        help="leave out each set's first N generated landscapes (default 0): `--landscapes train "
+                             "--landscape-offset 30` draws landscapes that no setting was chosen on")
     parser.add_argument("--quick", action="store_true",
                         help="CI smoke run: glm5-nvfp4-sm120 only (with --landscapes: 2 generated landscapes, 1 seed),"
                              " 2 seeds, 15 trials, a cheap optimum unless cached")
     args = parser.parse_args(argv)
-    generated = generated_names(args.landscapes, args.landscape_count) if args.landscapes else []
+    if args.landscape_offset < 0:
+        parser.error(f"--landscape-offset must be 0 or more, not {args.landscape_offset}")
+    generated = (generated_names(args.landscapes, args.landscape_count, args.landscape_offset)
+                 if args.landscapes else [])
     if args.quick and generated:
         generated, args.seeds = generated[:2], 1
     if args.quick:
