@@ -14,7 +14,6 @@ import socket
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from itertools import combinations
@@ -357,19 +356,20 @@ def test_postgres_stopped_for_seconds_mid_run_loses_no_trial(tuner, procs, pg_ur
 
 # -- GPU slots on one host -------------------------------------------------------------------------------------
 
-def watch_visible_devices(folder: Path, stop: threading.Event, seen: dict[int, str]) -> None:
-    """What each live server process was started with, read from /proc/<pid>/environ."""
-    while not stop.is_set():
-        for number, record in live_servers(folder).items():
-            if number in seen:
-                continue
-            try:
-                raw = Path(f"/proc/{record['pid']}/environ").read_bytes()
-            except OSError:
-                continue
-            env = dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
-            seen[number] = env.get("CUDA_VISIBLE_DEVICES", "<unset>")
-        time.sleep(0.02)
+def visible_devices_by_trial(runs: Path, events: Path) -> dict[int, str]:
+    """trial number -> the CUDA_VISIBLE_DEVICES its server process started with (the simulator's own "start"
+    event, matched to the trial by the pid in the trial's server record)."""
+    by_pid = {}
+    for line in events.read_text().splitlines():
+        event = json.loads(line)
+        if event["event"] == "start":
+            by_pid[event["pid"]] = event["cuda_visible_devices"] or "<unset>"
+    out = {}
+    for path in runs.glob("**/trial-*/server.json"):
+        pid = json.loads(path.read_text())["pid"]
+        if pid in by_pid:
+            out[int(path.parent.name.split("-")[1])] = by_pid[pid]
+    return out
 
 
 def intervals(trials):
@@ -385,17 +385,10 @@ def test_four_slots_on_eight_gpus_keep_subsets_disjoint(tuner):
     """tp 2 on 8 emulated GPUs: four trials at once, each on its own two GPUs, told so through
     CUDA_VISIBLE_DEVICES; trials that overlap in time never share a GPU or a parameter value."""
     space = tuner.space(TP2)
-    env = {"TUNER_SIM_FAULTS": "response_delay=0.1,slow_start_no_log=0.3"}
-    seen: dict[int, str] = {}
-    stop = threading.Event()
-    watcher = threading.Thread(target=watch_visible_devices, args=(tuner.folder / "runs", stop, seen))
-    watcher.start()
-    try:
-        done = tuner.run("run", "--trials", "14", "--space", str(space), "--simulate", "instant",
-                         "--gpus", "0-7", env=env, timeout=240)
-    finally:
-        stop.set()
-        watcher.join()
+    events = tuner.folder / "events.jsonl"
+    env = {"TUNER_SIM_FAULTS": "response_delay=0.1,slow_start_no_log=0.3", "TUNER_SIM_EVENTS": str(events)}
+    done = tuner.run("run", "--trials", "14", "--space", str(space), "--simulate", "instant",
+                     "--gpus", "0-7", env=env, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "up to 4 trials at once" in done.stderr
     study = load(tuner.storage, "slots")
@@ -414,15 +407,12 @@ def test_four_slots_on_eight_gpus_keep_subsets_disjoint(tuner):
     for a, b in pairs:
         assert not set(a.user_attrs["gpu_ids"]) & set(b.user_attrs["gpu_ids"]), (a.number, b.number)
         assert a.params != b.params, f"trials {a.number} and {b.number} ran the same point at once"
-    print(f"{len(pairs)} overlapping pairs, at most {most} trials at once; CUDA_VISIBLE_DEVICES seen for "
-          f"{len(seen)} of {len(held)} servers")
+    print(f"{len(pairs)} overlapping pairs, at most {most} trials at once")
     assert most >= 2 and pairs, "the trials never ran in parallel"
     # Each server saw exactly the GPUs its trial was granted.
-    assert seen, "no server was seen alive"
-    for t in held:
-        if t.number in seen:
-            assert seen[t.number] == ",".join(map(str, t.user_attrs["gpu_ids"])), (t.number, seen[t.number])
-    assert len(seen) == len(held), f"servers of trials {sorted(set(t.number for t in held) - set(seen))} were missed"
+    seen = visible_devices_by_trial(tuner.folder / "runs", events)
+    assert {t.number: seen.get(t.number) for t in held} == {
+        t.number: ",".join(map(str, t.user_attrs["gpu_ids"])) for t in held}
     assert tuner.leftovers() == {}
 
 

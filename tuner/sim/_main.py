@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> None:
     except (ProfileError, ValueError) as exc:
         print(f"tuner.sim: {exc}", file=sys.stderr)
         sys.exit(2)
+    mark("start", cuda_visible_devices=env.get("CUDA_VISIBLE_DEVICES"))
     if faults.ignore_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if faults.slow_start_no_log > 0:
