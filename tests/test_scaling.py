@@ -104,17 +104,21 @@ def count_finished(storage: str, name: str) -> int:
         return 0
 
 
-def live_servers(folder: Path) -> dict[int, dict]:
-    """trial number -> server record, for recorded servers whose process is alive right now."""
+def server_records(folder: Path) -> dict[int, dict]:
+    """trial number -> server record, for every server recorded under `folder` (one being written is skipped)."""
     out = {}
     for path in folder.glob("**/trial-*/server.json"):
         try:
-            record = json.loads(path.read_text())
+            out[int(path.parent.name.split("-")[1])] = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        if not record.get("stopped") and start_time(record["pid"]) == record["start_time"]:
-            out[int(path.parent.name.split("-")[1])] = record
     return out
+
+
+def live_servers(folder: Path) -> dict[int, dict]:
+    """trial number -> server record, for recorded servers whose process is alive right now."""
+    return {number: record for number, record in server_records(folder).items()
+            if not record.get("stopped") and start_time(record["pid"]) == record["start_time"]}
 
 
 def wait_for(condition, timeout: float, what: str, poll: float = 0.05):
@@ -364,12 +368,8 @@ def visible_devices_by_trial(runs: Path, events: Path) -> dict[int, str]:
         event = json.loads(line)
         if event["event"] == "start":
             by_pid[event["pid"]] = event["cuda_visible_devices"] or "<unset>"
-    out = {}
-    for path in runs.glob("**/trial-*/server.json"):
-        pid = json.loads(path.read_text())["pid"]
-        if pid in by_pid:
-            out[int(path.parent.name.split("-")[1])] = by_pid[pid]
-    return out
+    return {number: by_pid[record["pid"]] for number, record in server_records(runs).items()
+            if record["pid"] in by_pid}
 
 
 def intervals(trials):

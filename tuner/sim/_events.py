@@ -1,4 +1,5 @@
-"""Opt-in record of the moments a fault strikes, for benchmarks (benchmarks/failure_cost.py).
+"""Opt-in record of moments in a simulated server's life (its start, a fault striking), for benchmarks
+(benchmarks/failure_cost.py) and tests.
 
 With TUNER_SIM_EVENTS=<file> the simulator appends one JSON line per kind of event, the first time it happens
 in this process: {"event": ..., "t": <time.time()>, "pid": ..., **details}. "start" comes first and names the
