@@ -62,3 +62,26 @@ def test_gpu_seconds_follow_the_startup_model() -> None:
     assert cost(**{"disable-decode-cuda-graph": True}) < ok  # nothing captured (and a slower probe: still less)
     bigger = cost(**{"cuda-graph-max-bs-decode": 256, "max-running-requests": 256})
     assert bigger > cost(**{"cuda-graph-max-bs-decode": 16, "max-running-requests": 256})  # one capture per size
+
+
+def test_a_better_point_a_strategy_found_raises_the_cached_optimum(tmp_path, monkeypatch) -> None:
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import search_efficiency as se
+    monkeypatch.setattr(se, "CACHE_DIR", tmp_path)
+    problem = se.Problem("llama3-8b-h200")
+    base = dict(problem.space.baseline)
+    config = problem.space.config(base)
+    value = problem.true_value(config)
+    found = se.TrialRecord(0, "none", True, value, value, 1.0, config.flags)
+    low = se.Optimum(value * 0.9, {"made": "up"}, "local search from 2 starts", 10)
+    se.save_optimum(problem, low)
+    cached = se.true_optimum(problem, 2, False, True)
+    assert cached.value == low.value and cached.method.endswith("(cached)")
+
+    raised = se.raise_optimum(problem, cached, [[found]])
+    assert raised.value == value and raised.point == dict(config.flags)
+    assert raised.method == "local search from 2 starts" + se.RAISED
+    assert se.raise_optimum(problem, raised, [[found]]) is raised  # nothing better: unchanged
+    se.save_optimum(problem, raised)
+    again = se.true_optimum(problem, 2, False, True)  # the next run starts from the raised optimum
+    assert again.value == value and again.method == "local search from 2 starts" + se.RAISED + se.CACHED
