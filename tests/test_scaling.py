@@ -418,14 +418,15 @@ def test_four_slots_on_eight_gpus_keep_subsets_disjoint(tuner):
 
 def test_sigterm_stops_every_parallel_trial_and_resume_finishes(tuner, procs):
     """SIGTERM while four trials run at once: each stops at its next check, every server is torn down,
-    each trial is marked interrupted (FAIL, not taught to the sampler), and a resume runs each again."""
+    each trial is marked interrupted (FAIL, not taught to the sampler), and a resume runs each again. A trial
+    whose measurement had ended before the signal (its server was being torn down) keeps its result."""
     space = tuner.space(TP2)
     env = {"TUNER_SIM_FAULTS": "response_delay=0.3"}
     args = ("run", "--trials", "8", "--space", str(space), "--simulate", "instant", "--gpus", "0-7")
     p = start(tuner, procs, *args, env=env)
     running = wait_for(lambda: (lambda s: s if len(s) >= 3 else None)(live_servers(tuner.folder / "runs")),
                        90, "three servers at once")
-    t0 = time.monotonic()
+    t0, signalled_at = time.monotonic(), time.time()
     p.send_signal(signal.SIGTERM)
     code, out = finish(p, timeout=60)
     print(f"stopped {len(running)} running trials in {time.monotonic() - t0:.1f} s")
@@ -437,8 +438,13 @@ def test_sigterm_stops_every_parallel_trial_and_resume_finishes(tuner, procs):
     assert not [t for t in trials.values() if t.state in (TrialState.RUNNING, TrialState.WAITING)]
     for number in running:
         t = trials[number]
+        if t.state == TrialState.COMPLETE:  # measured before the signal (1 s for its delivery under load)
+            measuring = sum(v for stage, v in t.user_attrs["stage_seconds"].items() if stage != "teardown")
+            assert t.user_attrs["slot_acquired_at"] + measuring < signalled_at + 1.0, (number, t.user_attrs)
+            continue
         assert t.state == TrialState.FAIL and t.user_attrs["failure_kind"] == "interrupted", (number, t.state)
         assert t.user_attrs.get("ended_at")
+    assert any(trials[n].state == TrialState.FAIL for n in running)  # the signal stopped trials mid-run
     for t in trials.values():
         assert t.state in FINISHED or t.user_attrs.get("failure_kind") == "interrupted", (t.number, t.user_attrs)
 

@@ -7,8 +7,8 @@ import random
 import signal
 import sys
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -197,7 +197,8 @@ def run(options: RunOptions, stream=sys.stderr) -> optuna.Study:
         worker.budget = budget
         with _interrupts_cancel(ctx.cancel):
             try:
-                _optimize(study, worker, budget, n_jobs, options.timeout, progress)
+                _while_main_thread_listens(
+                    lambda: _optimize(study, worker, budget, n_jobs, options.timeout, progress))
             except (KeyboardInterrupt, Interrupted):
                 ctx.cancel.set()
                 progress.say("interrupted: the server was stopped and the trial marked; "
@@ -280,6 +281,39 @@ def _api_key(env_name: str | None) -> str | None:
         raise UsageError(f"environment variable {env_name} (the server's API key) is not set",
                          f"export {env_name}=... or drop --api-key-env")
     return value
+
+
+def _while_main_thread_listens(work: Callable[[], None]) -> None:
+    """Run `work` in a thread while the main thread waits in short steps, and re-raise what it raised.
+
+    Python runs signal handlers in the main thread only. Blocked on a lock (Optuna waiting for its trial
+    threads), the main thread does not wake for a SIGTERM that the kernel handed to another thread: the handler
+    then ran only when every running trial had ended, measurement and all (tests/test_scaling.py,
+    test_sigterm_stops_every_parallel_trial_and_resume_finishes, failed so)."""
+    raised: list[BaseException] = []
+    done = threading.Event()  # not Thread.join: a join that a signal interrupts can mark the thread ended
+
+    def target() -> None:
+        try:
+            work()
+        except BaseException as exc:  # handed to the main thread
+            raised.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=target, name="optimize", daemon=True).start()
+    try:
+        while not done.wait(0.2):
+            pass
+    except BaseException:
+        # The signal handler has set the cancel event: trials stop at their next check and tear their servers
+        # down. Wait for that (a second Ctrl-C must not leave servers behind), then stop.
+        while not done.is_set():
+            with suppress(KeyboardInterrupt):
+                done.wait(0.2)
+        raise
+    if raised:
+        raise raised[0]
 
 
 @contextmanager
