@@ -65,9 +65,9 @@ health tables, 6-14 parameters; its docstring says what is drawn), written once 
 second. Their optimum search enumerates fewer points (exhaustive up to GENERATED_EXHAUSTIVE_MAX points, else
 the same local search from --starts starts: 4 starts, as before, missed the optimum by 6-7% on 2 of the 30
 test landscapes and 1 of the 30 training ones). After the per-landscape tables, the summary gives each
-landscape's verdict, adding the target "98% within 40 restarts in at least 80% of the seeds", and the overall table gives,
-per set (shipped, train, test), the median over landscapes of tpe/random and tpe/best-anchor, and the share of
-landscapes meeting each target (the suite's target: at least 80% of them within 40 restarts).
+landscape's verdict, adding the target "98% within 40 restarts in at least 80% of the seeds", and the overall
+table gives, per set (shipped, train, test), the median over landscapes of tpe/random and tpe/best-anchor, and
+the share of landscapes meeting each target (the suite's target: at least 80% of them within 40 restarts).
 
 GPU-time: each restart costs the start-up model's phases (`startup_phases`: process, distributed init, weight
 load, KV allocation, graph capture per size, torch.compile) up to where it failed or got ready (a failed load
@@ -329,7 +329,7 @@ class TrialRecord:
     observed: float | None  # what the strategy saw (noisy); None when infeasible
     true: float | None  # noiseless value of the same configuration
     gpu_s: float = 0.0  # GPU-seconds the trial cost (0 when it launched nothing)
-    flags: Mapping[str, Any] | None = None  # the configuration, to name a point that beats the optimum
+    flags: Mapping[str, Any] | None = None  # the configuration (whenever `true` is set): names a better optimum
 
 
 def noise_seed(seed: int, number: int) -> int:
@@ -512,7 +512,7 @@ def run_ask_tell(problem: Problem, seed: int, trials: int, anchor: Callable[...,
         config = problem.space.config(values)
         key, true = config.key(), problem.true_value(config)
         if key in observed_by_key:
-            records.append(TrialRecord(number, "reused", False, observed_by_key[key], true))
+            records.append(TrialRecord(number, "reused", False, observed_by_key[key], true, flags=config.flags))
             return observed_by_key[key]
         m = problem.measure(config, noise_seed(seed, number))
         observed_by_key[key] = observed = problem.value(m)
@@ -687,7 +687,7 @@ def raise_optimum(problem: Problem, optimum: Optimum, runs: Iterable[list[TrialR
     if not problem.better(best.true, optimum.value):
         return optimum
     method = optimum.method.replace(CACHED, "").replace(RAISED, "") + RAISED
-    return Optimum(best.true, dict(best.flags or {}), method, optimum.evaluated)
+    return Optimum(best.true, dict(best.flags), method, optimum.evaluated)
 
 
 # -- judging and printing --------------------------------------------------------------------------------------
