@@ -11,7 +11,8 @@ Three changes, each because plain TPE wasted server restarts on the shipped spac
    an unordered flag and per range of an ordered one, from the trials that ran and the failures that blame
    them by kind (the idea of c-TPE, Watanabe and Hutter, IJCAI 2023, with a model that learns "this backend
    crashes" from two or three trials, and "batch 96 ran out of memory" as a statement about 96 and above;
-   a multivariate Parzen estimate of feasibility, tried first, could not).
+   a multivariate Parzen estimate of feasibility, tried first, could not). A failed CUDA graph capture
+   speaks only of configurations that capture graphs (`GraphAwareOdds`).
 2. **Nothing is proposed that is known in advance to be a wasted trial**: a candidate that breaks a constraint
    the space declares, or repeats a configuration already measured (or running), is dropped from TPE's
    candidates (a third of plain TPE's trials on the 70B space were such). If every candidate is one, TPE's
@@ -167,10 +168,10 @@ class CrashAwareTPE(optuna.samplers.TPESampler):
         best = int(np.argmax(acq_func_vals))
         return external[best]
 
-    def _run_odds(self, study: optuna.Study) -> RunOdds:
+    def _run_odds(self, study: optuna.Study) -> GraphAwareOdds:
         finished = study._get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED),
                                      use_cache=True)
-        return RunOdds.learn(finished)
+        return GraphAwareOdds.learn(finished)
 
     # -- known wastes ------------------------------------------------------------------------------------------
     def _taken(self, study: optuna.Study, trial: FrozenTrial) -> list[dict[str, Any]]:
@@ -293,6 +294,49 @@ class RunOdds:
                 runs = sum(_covers(value, side, r) for r in self._ran_values.get(name, ()))
                 worst = min(worst, math.log((runs + PRIOR_STRENGTH) / (runs + blame + PRIOR_STRENGTH)))
         return worst
+
+
+# Each flag, with the value that turns CUDA graph capture off (SGLang's, then vLLM's).
+_GRAPHS_OFF = {"disable-cuda-graph": True, "disable-decode-cuda-graph": True, "cuda-graph-backend-decode": "disabled",
+               "enforce-eager": True}
+
+
+def captures_graphs(params: Mapping[str, Any]) -> bool:
+    return not any(params.get(flag) == value for flag, value in _GRAPHS_OFF.items())
+
+
+class GraphAwareOdds:
+    """P(runs | flags) = P(starts and answers | flags) x P(CUDA graph capture works | flags), the second
+    only for a configuration that captures graphs.
+
+    A failed capture cannot happen without capture, yet one `RunOdds` over all trials blames the backend it
+    failed with for every configuration, graphs off included: on the generated landscapes where the optimum
+    runs such a backend with graphs off, the search left it after one failure (benchmarks/search_efficiency.py).
+    So the capture failures and the trials that captured and ran teach the second factor alone, and every
+    other trial the first. With no failed capture this is exactly one `RunOdds` over all trials.
+    """
+
+    def __init__(self, general: RunOdds, capture: RunOdds | None) -> None:
+        self._general = general
+        self._capture = capture
+
+    @classmethod
+    def learn(cls, trials: Sequence[FrozenTrial]) -> GraphAwareOdds:
+        failed_capture = [t.user_attrs.get("failure_kind") == "graph_capture_failed" for t in trials]
+        general = RunOdds.learn([t for t, failed in zip(trials, failed_capture) if not failed])
+        if not any(failed_capture):
+            return cls(general, None)
+        # A graphs-off run proves nothing about capture: counted here, it made a backend look safe to
+        # capture with, and the search failed capture with it again and again.
+        attempts = [t for t, failed in zip(trials, failed_capture)
+                    if failed or (_violation(t) <= 0 and captures_graphs(t.params))]
+        return cls(general, RunOdds.learn(attempts))
+
+    def log_run(self, params: Mapping[str, Any], search_space: Mapping[str, BaseDistribution]) -> float:
+        log = self._general.log_run(params, search_space)
+        if self._capture is not None and captures_graphs(params):
+            log += self._capture.log_run(params, search_space)
+        return log
 
 
 def _covers(value: float, side: int, other: float) -> bool:
