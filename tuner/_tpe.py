@@ -41,6 +41,7 @@ from optuna.distributions import BaseDistribution
 from optuna.samplers._tpe.sampler import _split_trials, default_gamma
 from optuna.trial import FrozenTrial, TrialState
 
+from ._failures import FailureKind
 from ._space import Space
 
 _TAKEN = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
@@ -301,7 +302,7 @@ _GRAPHS_OFF = {"disable-cuda-graph": True, "disable-decode-cuda-graph": True, "c
                "enforce-eager": True}
 
 
-def captures_graphs(params: Mapping[str, Any]) -> bool:
+def _captures_graphs(params: Mapping[str, Any]) -> bool:
     return not any(params.get(flag) == value for flag, value in _GRAPHS_OFF.items())
 
 
@@ -322,19 +323,19 @@ class GraphAwareOdds:
 
     @classmethod
     def learn(cls, trials: Sequence[FrozenTrial]) -> GraphAwareOdds:
-        failed_capture = [t.user_attrs.get("failure_kind") == "graph_capture_failed" for t in trials]
+        failed_capture = [t.user_attrs.get("failure_kind") == FailureKind.GRAPH_CAPTURE_FAILED for t in trials]
         general = RunOdds.learn([t for t, failed in zip(trials, failed_capture) if not failed])
         if not any(failed_capture):
             return cls(general, None)
         # A graphs-off run proves nothing about capture: counted here, it made a backend look safe to
         # capture with, and the search failed capture with it again and again.
         attempts = [t for t, failed in zip(trials, failed_capture)
-                    if failed or (_violation(t) <= 0 and captures_graphs(t.params))]
+                    if failed or (_violation(t) <= 0 and _captures_graphs(t.params))]
         return cls(general, RunOdds.learn(attempts))
 
     def log_run(self, params: Mapping[str, Any], search_space: Mapping[str, BaseDistribution]) -> float:
         log = self._general.log_run(params, search_space)
-        if self._capture is not None and captures_graphs(params):
+        if self._capture is not None and _captures_graphs(params):
             log += self._capture.log_run(params, search_space)
         return log
 
