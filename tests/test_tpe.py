@@ -12,7 +12,9 @@ from optuna.samplers._tpe import sampler as tpe_module
 from optuna.trial import TrialState
 
 from conftest import REPO, instant_space
-from tuner._tpe import GraphAwareOdds, RunOdds
+from tuner import parse_spec
+from tuner._tpe import GraphAwareOdds, Replicas, RunOdds
+from tuner.engines import get_engine
 
 # A server that runs out of memory at graph capture only above max batch 48 (seen from outside: after one OOM
 # at 96, graphs were dropped altogether, and graphs at 48, the fastest configuration, never tried).
@@ -140,6 +142,66 @@ def test_crash_of_a_backend_blames_the_backend_not_the_sizes():
     backend_b = math.exp(odds.log_run({"backend": "b", "max-bs": 32}, dist))
     size_64 = math.exp(odds.log_run({"backend": "a", "max-bs": 64}, dist))
     assert backend_b < size_64 < 1.0
+
+
+def test_a_failure_that_names_its_fix_blames_the_other_side():
+    """SGLang's "Not enough memory. Please try to increase --mem-fraction-static." (a model split over too few
+    GPUs): the fraction is too small, so larger fractions keep their chance, and the split keeps half of it."""
+    dist = {"tp-size": optuna.distributions.CategoricalDistribution([2, 8]),
+            "mem-fraction-static": optuna.distributions.FloatDistribution(0.8, 0.92, step=0.02)}
+
+    def trial(tp: int, fraction: float, message: str | None) -> optuna.trial.FrozenTrial:
+        failed = message is not None
+        return optuna.trial.create_trial(
+            params={"tp-size": tp, "mem-fraction-static": fraction}, distributions=dist,
+            value=None if failed else 1.0, state=TrialState.PRUNED if failed else TrialState.COMPLETE,
+            user_attrs={"failure_kind": "oom", "failure_message": message} if failed else {},
+            system_attrs={"constraints": (1.0 if failed else 0.0,)})
+
+    ran = [trial(8, 0.8, None), trial(8, 0.9, None)]
+    named = RunOdds.learn([*ran, trial(2, 0.84, "RuntimeError: Not enough memory. Please try to increase "
+                                                "--mem-fraction-static. Current value: 0.84 (server exited with code 1)")])
+    unnamed = RunOdds.learn([*ran, trial(2, 0.84, "CUDA out of memory (server exited with code 1)")])
+
+    def chance(odds: RunOdds, tp: int, fraction: float) -> float:
+        return math.exp(odds.log_run({"tp-size": tp, "mem-fraction-static": fraction}, dist))
+
+    assert chance(named, 2, 0.92) > chance(named, 2, 0.84)
+    assert chance(named, 2, 0.92) > chance(unnamed, 2, 0.92)  # the bare OOM put it all on the split
+    assert chance(named, 8, 0.92) == 1.0  # above every failed fraction
+
+
+REPLICA_PARAMS = ("  tp-size: {type: categorical, choices: [1, 2, 4, 8]}\n"
+                  "  dp-size: {type: categorical, choices: [1, 2, 4, 8]}\n"
+                  "  schedule-conservativeness: {type: float, low: 0.5, high: 1.5, step: 0.1}\n")
+REPLICA_LIMIT = "constraints:\n  - product: [tp-size, dp-size]\n    max: gpus\n"
+
+
+def test_replicas_fill_the_gpus_a_layout_leaves_idle_unless_dp_attention_shares_them():
+    def replicas(fixed: str) -> Replicas:
+        spec = parse_spec(instant_space("replicas", params=REPLICA_PARAMS, server=f"  gpus: 8\n{fixed}",
+                                        baseline="{tp-size: 8, dp-size: 1, schedule-conservativeness: 1.0}",
+                                        extra=REPLICA_LIMIT))
+        return Replicas.of(spec.space, get_engine(spec.engine))
+
+    point = {"tp-size": 2, "dp-size": 1, "schedule-conservativeness": 1.0}
+    assert replicas("").fill(point) == {**point, "dp-size": 4}
+    assert replicas("").fill({**point, "tp-size": 8}) == {**point, "tp-size": 8}
+    # With DP attention the dp ranks live on the tensor-parallel GPUs: more of them are not more servers.
+    assert replicas("  fixed: {enable-dp-attention: true}\n").fill(point) == point
+
+
+def test_no_trial_leaves_gpus_idle_that_replicas_could_use(tuner):
+    space = tuner.space(instant_space("replicas", params=REPLICA_PARAMS, server="  gpus: 8\n",
+                                      baseline="{tp-size: 8, dp-size: 1, schedule-conservativeness: 1.0}",
+                                      extra=REPLICA_LIMIT))
+    done = tuner.run("run", "--trials", "10", "--space", str(space), "--simulate", "instant", "--seed", "3")
+    assert done.returncode == 0, done.stderr
+    trials = tuner.study("replicas").get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED))
+    layouts = [(t.params["tp-size"], t.params["dp-size"]) for t in trials]
+    assert len(layouts) == 10 and all(tp * dp == 8 for tp, dp in layouts), layouts
+    assert len(set(layouts)) > 1, layouts  # the layout is still searched
+    assert tuner.leftovers() == {}
 
 
 # CrashAwareTPE re-implements TPESampler._sample with two additions and calls these private parts of

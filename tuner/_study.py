@@ -31,6 +31,7 @@ from ._errors import StorageError, StudyMismatchError, UsageError
 from ._redact import Redactor
 from ._spec import Spec
 from ._tpe import CrashAwareTPE
+from .engines import get_engine
 
 # Heartbeats, the retry callback and metric names are marked experimental; they are what we rely on.
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -386,7 +387,8 @@ def make_sampler(name: str, seed: int | None, spec: Spec) -> optuna.samplers.Bas
     if name == "tpe":
         # Figures for these settings: benchmarks/search_efficiency.py (tuner/_tpe.py says what differs from
         # Optuna's TPE and why).
-        return _TPE(seed=seed, space=spec.space, multivariate=True, constant_liar=True, n_startup_trials=6)
+        return _TPE(seed=seed, space=spec.space, engine=get_engine(spec.engine), multivariate=True,
+                    constant_liar=True, n_startup_trials=6)
     if name == "random":
         return _RANDOM(seed=seed)
     if name == "gp":

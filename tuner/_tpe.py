@@ -1,6 +1,6 @@
 """The tuner's TPE: Optuna's TPESampler, taught what a launch configuration costs.
 
-Three changes, each because plain TPE wasted server restarts on the shipped spaces
+Four changes, each because plain TPE wasted server restarts on the shipped or generated spaces
 (benchmarks/search_efficiency.py has the figures):
 
 1. **Proposals are weighed by the chance that the server runs at all.** Plain TPE, even with the
@@ -12,7 +12,8 @@ Three changes, each because plain TPE wasted server restarts on the shipped spac
    them by kind (the idea of c-TPE, Watanabe and Hutter, IJCAI 2023, with a model that learns "this backend
    crashes" from two or three trials, and "batch 96 ran out of memory" as a statement about 96 and above;
    a multivariate Parzen estimate of feasibility, tried first, could not). A failed CUDA graph capture
-   speaks only of configurations that capture graphs (`GraphAwareOdds`).
+   speaks only of configurations that capture graphs (`GraphAwareOdds`), and a failure whose message names
+   its fix ("increase --mem-fraction-static") blames the side of the value that the fix moves away from.
 2. **Nothing is proposed that is known in advance to be a wasted trial**: a candidate that breaks a constraint
    the space declares, or repeats a configuration already measured (or running), is dropped from TPE's
    candidates (a third of plain TPE's trials on the 70B space were such). If every candidate is one, TPE's
@@ -22,6 +23,10 @@ Three changes, each because plain TPE wasted server restarts on the shipped spac
    configuration that works usually run and often tell more. Every other startup trial still draws every
    flag at random (a TP x DP split far from the baseline is found that way), and startup proposals too are
    kept with the chance that they run.
+4. **No GPU is left idle that another replica could use** (`Replicas`): a configuration whose tensor x
+   pipeline layout leaves GPUs free gets as many data-parallel replicas as fit. For a server's throughput
+   (and its latency under load) more copies of the same server are never worse, and a run that tried
+   TP 4 x DP 1 on eight GPUs spent a restart to learn what TP 4 x DP 2 would have told it, better.
 
 Built on TPESampler internals of Optuna 5.0.0 (pinned in pyproject.toml; tests/test_tpe.py fails when they
 change): `_sample` is TPESampler's own with the additions marked. Its densities are built from the trials whose
@@ -32,8 +37,10 @@ slowest as well, and a wrongly blamed flag value was then shunned twice over).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import optuna
@@ -43,6 +50,9 @@ from optuna.trial import FrozenTrial, TrialState
 
 from ._failures import FailureKind
 from ._space import Space
+
+if TYPE_CHECKING:
+    from .engines import Engine
 
 _TAKEN = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
 _TRIES = 32  # redraws of a startup proposal before giving up on a fresh, allowed one
@@ -57,10 +67,11 @@ class CrashAwareTPE(optuna.samplers.TPESampler):
     """TPESampler for launch flags: weighs proposals by P(the server runs), skips forbidden and repeated
     configurations, and spends half of its startup trials near the best configuration so far."""
 
-    def __init__(self, *, space: Space | None = None, local_startup: bool = True,
+    def __init__(self, *, space: Space | None = None, engine: Engine | None = None, local_startup: bool = True,
                  risk_aversion: float = RISK_AVERSION, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._space = space
+        self._replicas = Replicas.of(space, engine)
         self._local_startup = local_startup
         self._risk_aversion = risk_aversion
 
@@ -77,6 +88,8 @@ class CrashAwareTPE(optuna.samplers.TPESampler):
         for _ in range(_TRIES):
             proposal = self._around(study, trial, search_space, center) if center else \
                 self._anywhere(study, trial, search_space)
+            if self._replicas is not None:
+                proposal = self._replicas.fill(proposal)
             # Kept with the chance that it runs (to the power risk_aversion): a choice that failed before
             # is drawn less, not never.
             keep = np.exp(self._risk_aversion * odds.log_run(proposal, search_space))
@@ -154,8 +167,14 @@ class CrashAwareTPE(optuna.samplers.TPESampler):
         mpe_below = self._build_parzen_estimator(study, search_space, below_trials, handle_below=True)
         mpe_above = self._build_parzen_estimator(study, search_space, above_trials, handle_below=False)
         samples_below = mpe_below.sample(self._rng.rng, self._n_ei_candidates)
-        acq_func_vals = self._compute_acquisition_func(samples_below, mpe_below, mpe_above)
         external = _external(samples_below, search_space)
+        # Addition 3: idle GPUs filled with replicas, before the candidates are ranked.
+        if self._replicas is not None and self._replicas.flag in search_space:
+            external = [self._replicas.fill(params) for params in external]
+            dist = search_space[self._replicas.flag]
+            samples_below[self._replicas.flag] = np.array([dist.to_internal_repr(p[self._replicas.flag])
+                                                           for p in external])
+        acq_func_vals = self._compute_acquisition_func(samples_below, mpe_below, mpe_above)
         # Addition 1: how likely each candidate is to start and answer correctly.
         odds = self._run_odds(study)
         log_run = np.array([odds.log_run(params, search_space) for params in external])
@@ -191,6 +210,49 @@ class CrashAwareTPE(optuna.samplers.TPESampler):
 
 
 _MISSING = object()
+
+
+@dataclass(frozen=True)
+class Replicas:
+    """Raises a configuration's data-parallel replica count to the most that fit the space's GPUs and its
+    constraints: GPUs a tensor x pipeline layout leaves free would otherwise sit idle."""
+
+    flag: str  # the replica count's parameter (SGLang's dp-size, vLLM's data-parallel-size)
+    counts: tuple[int, ...]  # its values, ascending
+    space: Space
+    gpus_needed: Callable[[Mapping[str, Any]], int]
+
+    @classmethod
+    def of(cls, space: Space | None, engine: Engine | None) -> Replicas | None:
+        """None where there is nothing to fill: no GPU count, or no unconditional replica count to search."""
+        if space is None or engine is None or space.gpus is None or engine.replica_flag is None:
+            return None
+        param = space.params.get(engine.replica_flag)
+        if param is None or param.when or param.type not in ("categorical", "int"):
+            return None
+        counts = param.grid()
+        if not all(isinstance(n, int) and not isinstance(n, bool) for n in counts):
+            return None
+        return cls(param.name, tuple(sorted(counts)), space, engine.gpus_needed)
+
+    def fill(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        current = values.get(self.flag)
+        if not isinstance(current, int):
+            return dict(values)
+        one = self.gpus_needed(self.space.config({**values, self.flag: 1}).flags)
+        filled = dict(values)
+        for n in self.counts:
+            if n <= current:
+                continue
+            if one * n > self.space.gpus:
+                break
+            more = {**values, self.flag: n}
+            # With DP attention (SGLang) the dp ranks share the tensor-parallel GPUs: they are not replicas.
+            if self.gpus_needed(self.space.config(more).flags) != one * n:
+                break
+            if not self.space.violations(more):
+                filled = more
+        return filled
 PRIOR_STRENGTH = 1.0  # how many trials' worth the overall run rate counts for a choice seen rarely
 # The share of a failure's blame that goes to ordered flags (numbers: sizes, fractions, limits) when unordered
 # choices (backends, dtypes, switches) are suspects too. Running out of memory is what a larger size or
@@ -209,7 +271,8 @@ class RunOdds:
     and may well run at 48), it is the failed value and everything beyond it on the side where no trial
     has run: above the largest value that ran, or below the smallest. The blame is split between the two
     kinds of suspect by the failure's kind (`_ORDERED_SHARE`: an OOM points at sizes, a NaN at kernels), then
-    equally within each. If nothing in the trial is unproven, the failure is an interaction, shared by all of
+    equally within each. A message that names its fix (`_named_fixes`) puts half of the blame on the flag it
+    names, on the side its fix moves away from, and the other half goes by these rules. If nothing in the trial is unproven, the failure is an interaction, shared by all of
     its choices and values. Each choice's chance is its runs against its runs plus blame, drawn towards the
     overall run rate while it has been tried little; an ordered value's chance counts as runs the trials that
     ran at that value or beyond it, and is 1 where no blame covers it (a value between or beyond tried ones is
@@ -244,6 +307,13 @@ class RunOdds:
         ordered_blame: dict[str, list[tuple[float, int, float]]] = {}
         for t in failed:
             choices, values = _choices(t), _ordered(t)
+            weight = 1.0  # of the blame, what the rules below share out
+            if fixes := [(name, side) for name, side in _named_fixes(t) if name in values]:
+                # Half on the values the message calls too small (or too large) and those beyond them; half as
+                # for any other failure, over the rest (the split may need more GPUs than a fraction makes up for).
+                weight = 0.5
+                for name, side in fixes:
+                    ordered_blame.setdefault(name, []).append((values.pop(name), side, weight / len(fixes)))
             suspects = [c for c in choices if c not in runs]
             ordered_suspects = [(name, value, side) for name, value in values.items()
                                 if (side := _unproven_side(value, ran_values.get(name, ()))) is not None]
@@ -253,9 +323,9 @@ class RunOdds:
             if not ordered_suspects:
                 share = 0.0
             for c in suspects:
-                blame[c] = blame.get(c, 0.0) + (1.0 - share) / len(suspects)
+                blame[c] = blame.get(c, 0.0) + weight * (1.0 - share) / len(suspects)
             for name, value, side in ordered_suspects:
-                ordered_blame.setdefault(name, []).append((value, side, share / len(ordered_suspects)))
+                ordered_blame.setdefault(name, []).append((value, side, weight * share / len(ordered_suspects)))
         # A flag whose choices crashed when first tried (backends on unsupported hardware) is likely to crash
         # on the next new choice too: each flag's prior is the share of its tried choices that ever ran (a
         # choice that took part of a failure's blame counts as tried by that part).
@@ -338,6 +408,21 @@ class GraphAwareOdds:
         if self._capture is not None and _captures_graphs(params):
             log += self._capture.log_run(params, search_space)
         return log
+
+
+# A failure that names its fix: SGLang's "Not enough memory. Please try to increase --mem-fraction-static."
+# (model_runner.py, no memory left for the KV cache once the weights are loaded: a model split over too few
+# GPUs at a fraction too small for it), vLLM's "No available memory for the cache blocks. Try increasing
+# `gpu_memory_utilization`" and "... or decreasing `max_model_len`" (v1/core/kv_cache_utils.py). Blamed by
+# the rules for running out of memory, the first pointed at the larger fractions, the ones that would run.
+_FIX = re.compile(r"\b(increas|decreas)(?:e|ing) (?:--|`)([a-z0-9][a-z0-9_-]*)")
+
+
+def _named_fixes(trial: FrozenTrial) -> list[tuple[str, int]]:
+    """The flags the failure's message asks to change, each with the side its failed value is on: DOWN for
+    one to increase (it and smaller values are to blame), UP for one to decrease."""
+    return [(flag.replace("_", "-"), DOWN if verb == "increas" else UP)
+            for verb, flag in _FIX.findall(str(trial.user_attrs.get("failure_message", "")))]
 
 
 def _covers(value: float, side: int, other: float) -> bool:

@@ -80,6 +80,8 @@ class Engine:
     fatal_patterns: Sequence[FatalPattern] = field(default_factory=tuple)
     # Flags whose values say how many GPUs a server uses (product, each defaulting to 1).
     gpu_flags: tuple[str, ...] = ()
+    # The flag that runs more replicas of the same server on more GPUs (data parallel), if the engine has one.
+    replica_flag: str | None = None
     display_command: tuple[str, ...] = ()  # how a person launches it, for exported commands
     model_flag: str = "--model-path"
     # Whether the engine's own benchmark client keeps connections alive between requests; the probe

@@ -67,6 +67,7 @@ class SGLang(Engine):
             ready_generates=True,
             fatal_patterns=SGLANG_FATAL,
             gpu_flags=("tp-size", "tensor-parallel-size", "pp-size", "dp-size"),
+            replica_flag="dp-size",
             display_command=("python", "-m", "sglang.launch_server"),
             # bench_serving opens an aiohttp session, so a TCP connection, per request
             # (sglang/benchmark/serving.py, _create_bench_client_session in each async_request_*). With
