@@ -189,6 +189,8 @@ def test_replicas_fill_the_gpus_a_layout_leaves_idle_unless_dp_attention_shares_
     assert replicas("").fill({**point, "tp-size": 8}) == {**point, "tp-size": 8}
     # With DP attention the dp ranks live on the tensor-parallel GPUs: more of them are not more servers.
     assert replicas("  fixed: {enable-dp-attention: true}\n").fill(point) == point
+    # Attention-DP groups inside each replica (SGLang 0.5.23's --attn-dp-size) leave dp-size a replica count.
+    assert replicas("  fixed: {attn-dp-size: 2}\n").fill(point) == {**point, "dp-size": 4}
 
 
 def test_no_trial_leaves_gpus_idle_that_replicas_could_use(tuner):

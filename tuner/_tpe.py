@@ -173,7 +173,7 @@ class CrashAwareTPE(optuna.samplers.TPESampler):
             external = [self._replicas.fill(params) for params in external]
             dist = search_space[self._replicas.flag]
             samples_below[self._replicas.flag] = np.array([dist.to_internal_repr(p[self._replicas.flag])
-                                                           for p in external])
+                                                           for p in external], dtype=float)
         acq_func_vals = self._compute_acquisition_func(samples_below, mpe_below, mpe_above)
         # Addition 1: how likely each candidate is to start and answer correctly.
         odds = self._run_odds(study)
@@ -247,7 +247,7 @@ class Replicas:
             if one * n > self.space.gpus:
                 break
             more = {**values, self.flag: n}
-            # With DP attention (SGLang) the dp ranks share the tensor-parallel GPUs: they are not replicas.
+            # `--dp-size N --enable-dp-attention` (SGLang) puts the dp ranks on the tensor-parallel GPUs.
             if self.gpus_needed(self.space.config(more).flags) != one * n:
                 break
             if not self.space.violations(more):

@@ -78,8 +78,10 @@ class SGLang(Engine):
         )
 
     def gpus_needed(self, flags: Mapping[str, Any]) -> int:
-        # With DP attention the dp ranks share the tp GPUs instead of adding to them.
-        if flags.get("enable-dp-attention") or flags.get("attn-dp-size"):
+        # `--dp-size N --enable-dp-attention` puts N attention-DP ranks on the tp GPUs (0.5.23 reads it as the
+        # older spelling of `--attn-dp-size N`). Otherwise dp-size counts replicas, each on tp x pp GPUs of its
+        # own, `--attn-dp-size` or not (the simulator's resolve() models the same).
+        if flags.get("enable-dp-attention") and int(flags.get("attn-dp-size") or 1) == 1:
             flags = {k: v for k, v in flags.items() if k != "dp-size"}
         return super().gpus_needed(flags)
 
