@@ -159,8 +159,9 @@ def test_a_failure_that_names_its_fix_blames_the_other_side():
             system_attrs={"constraints": (1.0 if failed else 0.0,)})
 
     ran = [trial(8, 0.8, None), trial(8, 0.9, None)]
-    named = RunOdds.learn([*ran, trial(2, 0.84, "RuntimeError: Not enough memory. Please try to increase "
-                                                "--mem-fraction-static. Current value: 0.84 (server exited with code 1)")])
+    message = ("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
+               "Current value: 0.84 (server exited with code 1)")
+    named = RunOdds.learn([*ran, trial(2, 0.84, message)])
     unnamed = RunOdds.learn([*ran, trial(2, 0.84, "CUDA out of memory (server exited with code 1)")])
 
     def chance(odds: RunOdds, tp: int, fraction: float) -> float:

@@ -272,13 +272,13 @@ class RunOdds:
     has run: above the largest value that ran, or below the smallest. The blame is split between the two
     kinds of suspect by the failure's kind (`_ORDERED_SHARE`: an OOM points at sizes, a NaN at kernels), then
     equally within each. A message that names its fix (`_named_fixes`) puts half of the blame on the flag it
-    names, on the side its fix moves away from, and the other half goes by these rules. If nothing in the trial is unproven, the failure is an interaction, shared by all of
-    its choices and values. Each choice's chance is its runs against its runs plus blame, drawn towards the
-    overall run rate while it has been tried little; an ordered value's chance counts as runs the trials that
-    ran at that value or beyond it, and is 1 where no blame covers it (a value between or beyond tried ones is
-    not suspect in itself). A configuration runs only if every flag in it does: its chance is that of its
-    weakest unordered choice, times that of each ordered value under blame. Trials refused for breaking a
-    declared constraint are not failures of any choice.
+    names, on the side its fix moves away from, and the other half goes by these rules. If nothing in the
+    trial is unproven, the failure is an interaction, shared by all of its choices and values. Each choice's
+    chance is its runs against its runs plus blame, drawn towards the overall run rate while it has been tried
+    little; an ordered value's chance counts as runs the trials that ran at that value or beyond it, and is 1
+    where no blame covers it (a value between or beyond tried ones is not suspect in itself). A configuration
+    runs only if every flag in it does: its chance is that of its weakest unordered choice, times that of each
+    ordered value under blame. Trials refused for breaking a declared constraint are not failures of any choice.
     """
 
     def __init__(self, log_by_choice: dict[tuple[str, Any], float], log_unseen: dict[str, float],
