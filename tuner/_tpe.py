@@ -253,6 +253,8 @@ class Replicas:
             if not self.space.violations(more):
                 filled = more
         return filled
+
+
 PRIOR_STRENGTH = 1.0  # how many trials' worth the overall run rate counts for a choice seen rarely
 # The share of a failure's blame that goes to ordered flags (numbers: sizes, fractions, limits) when unordered
 # choices (backends, dtypes, switches) are suspects too. Running out of memory is what a larger size or

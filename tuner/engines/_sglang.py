@@ -78,9 +78,11 @@ class SGLang(Engine):
         )
 
     def gpus_needed(self, flags: Mapping[str, Any]) -> int:
-        # `--dp-size N --enable-dp-attention` puts N attention-DP ranks on the tp GPUs (0.5.23 reads it as the
-        # older spelling of `--attn-dp-size N`). Otherwise dp-size counts replicas, each on tp x pp GPUs of its
-        # own, `--attn-dp-size` or not (the simulator's resolve() models the same).
+        # `--dp-size N --enable-dp-attention` puts N attention-DP ranks on the tp GPUs. Otherwise dp-size counts
+        # replicas, each on tp x pp GPUs of its own, `--attn-dp-size` or not: SGLang 0.5.23's parser calls the
+        # first "Deprecated. Use --attn-dp-size <dp-size> instead of --dp-size <dp-size> --enable-dp-attention"
+        # and attn-dp-size "the number of data-parallel attention groups inside the TP group"
+        # (tuner/sim/flags/sglang-0.5.23.json, dumped from it; the simulator's resolve() counts GPUs alike).
         if flags.get("enable-dp-attention") and int(flags.get("attn-dp-size") or 1) == 1:
             flags = {k: v for k, v in flags.items() if k != "dp-size"}
         return super().gpus_needed(flags)
