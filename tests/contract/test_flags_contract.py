@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tuner.engines import SGLang
 from tuner.sim._args import build_parser, merge_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,8 +43,26 @@ def _value_for(prefix: str) -> list[str]:
     return [] if prefix.startswith(("--trust", "--disable", "--enable", "--no-", "--monokernel")) else ["1"]
 
 
+# Parallel layouts in each spelling the parser takes: what the tuner counts as GPUs for a trial (test (e)).
+LAYOUTS = [
+    {"tensor-parallel-size": 2, "data-parallel-size": 2},
+    {"tp-size": 2, "pipeline-parallel-size": 2, "dp-size": 2},
+    {"tp-size": 4, "data-parallel-size": 2, "attention-data-parallel-size": 2},
+    {"tp-size": 4, "dp-size": 4, "enable-dp-attention": True},
+    {"tp-size": 4, "dp-size": 2, "attn-dp-size": 1},
+]
+
+
+def _layout_argv(flags: dict) -> list[str]:
+    argv = ["--model-path", "m"]
+    for name, value in flags.items():
+        argv += [f"--{name}"] if value is True else [f"--{name}", str(value)]
+    return argv
+
+
 def argv_cases() -> list[list[str]]:
     cases = [["--model-path", "m", prefix, *_value_for(prefix)] for prefix in PREFIXES]
+    cases += [_layout_argv(flags) for flags in LAYOUTS]
     cases += [
         ["--model-path", "m", "--tp-size", "8", "--mem-fraction-static", "0.8", "--kv-cache-dtype", "fp8_e4m3"],
         ["--model", "m", "--max-total-tokens", "64k", "--context-length", "1Mi", "--max-prefill-tokens", "1.5k"],
@@ -215,3 +234,24 @@ def test_config_merge_equals_real(ref):
         if have != want:
             diffs.append(f"{argv[-1] if argv else argv}:\n  SGLang    {want}\n  simulator {have}")
     assert not diffs, "\n".join(diffs)
+
+
+# (e) the tuner's GPU count reads every spelling of the parallel sizes, as SGLang's parser resolves them: tp x pp
+# GPUs per replica, times dp-size replicas unless `--dp-size N --enable-dp-attention` puts them on the tp GPUs
+def test_gpu_count_reads_each_spelling_of_the_sizes(ref):
+    outcomes = {tuple(a): o for a, o in zip(ref["request"]["argv"], ref["argv"])}
+    checked = 0
+    for flags in LAYOUTS:
+        real = outcomes[tuple(_layout_argv(flags))]
+        if real["status"] != 0:  # 0.5.6 has no attn-dp-size
+            continue
+        ns = real["namespace"]
+        # 0.5.6 names the sizes' dests in full (tensor_parallel_size ...), 0.5.23 short (tp_size ...).
+        tp, pp, dp = (ns.get(short, ns.get(full)) for short, full in (
+            ("tp_size", "tensor_parallel_size"), ("pp_size", "pipeline_parallel_size"),
+            ("dp_size", "data_parallel_size")))
+        dp_on_tp_gpus = bool(ns.get("enable_dp_attention")) and int(ns.get("attn_dp_size") or 1) == 1
+        want = tp * pp * (1 if dp_on_tp_gpus else dp)
+        assert SGLang().gpus_needed(flags) == want, (flags, tp, pp, dp)
+        checked += 1
+    assert checked >= 3

@@ -45,6 +45,10 @@ def _dp_attention(flags: Mapping[str, Any]) -> dict[str, Any]:
 # set it itself, and None drops one (dp-size, folded into attn-dp-size).
 _RESPELLED = {"disable-cuda-graph": _graphs_off, "enable-dp-attention": _dp_attention}
 
+# Second spellings of the parallel sizes in 0.5.23's parser (tuner/sim/flags/sglang-0.5.23.json, option_strings).
+_SIZE_ALIASES = {"tensor-parallel-size": "tp-size", "pipeline-parallel-size": "pp-size",
+                 "data-parallel-size": "dp-size", "attention-data-parallel-size": "attn-dp-size"}
+
 # 0.5.23's flags whose resolved value /server_info reports in cuda_graph_config: flag -> (phases, key).
 _GRAPH_FLAGS = {
     **{f"cuda-graph-{name}-{phase}": ((phase,), key) for phase in ("decode", "prefill")
@@ -66,8 +70,9 @@ class SGLang(Engine):
             ready_path="/health_generate",
             ready_generates=True,
             fatal_patterns=SGLANG_FATAL,
-            gpu_flags=("tp-size", "tensor-parallel-size", "pp-size", "dp-size"),
+            gpu_flags=("tp-size", "pp-size", "dp-size"),
             replica_flag="dp-size",
+            batch_limit_flag="max-running-requests",
             display_command=("python", "-m", "sglang.launch_server"),
             # bench_serving opens an aiohttp session, so a TCP connection, per request
             # (sglang/benchmark/serving.py, _create_bench_client_session in each async_request_*). With
@@ -83,6 +88,7 @@ class SGLang(Engine):
         # first "Deprecated. Use --attn-dp-size <dp-size> instead of --dp-size <dp-size> --enable-dp-attention"
         # and attn-dp-size "the number of data-parallel attention groups inside the TP group"
         # (tuner/sim/flags/sglang-0.5.23.json, dumped from it; the simulator's resolve() counts GPUs alike).
+        flags = {_SIZE_ALIASES.get(k, k): v for k, v in flags.items()}
         if flags.get("enable-dp-attention") and int(flags.get("attn-dp-size") or 1) == 1:
             flags = {k: v for k, v in flags.items() if k != "dp-size"}
         return super().gpus_needed(flags)
