@@ -387,8 +387,8 @@ def make_sampler(name: str, seed: int | None, spec: Spec) -> optuna.samplers.Bas
     if name == "tpe":
         # Figures for these settings: benchmarks/search_efficiency.py (tuner/_tpe.py says what differs from
         # Optuna's TPE and why).
-        return _TPE(seed=seed, space=spec.space, engine=get_engine(spec.engine), multivariate=True,
-                    constant_liar=True, n_startup_trials=6)
+        return _TPE(seed=seed, space=spec.space, engine=get_engine(spec.engine), load=_load(spec),
+                    multivariate=True, constant_liar=True, n_startup_trials=6)
     if name == "random":
         return _RANDOM(seed=seed)
     if name == "gp":
@@ -399,6 +399,15 @@ def make_sampler(name: str, seed: int | None, spec: Spec) -> optuna.samplers.Bas
                              "pip install torch scipy, or use --sampler tpe")
         return _GP(seed=seed)
     raise UsageError(f"unknown sampler {name!r}", f"use one of {', '.join(SAMPLERS)}")
+
+
+def _load(spec: Spec) -> int | None:
+    """The concurrency a throughput objective is measured at; None for latency, rate and two objectives (a
+    smaller batch can serve each request faster)."""
+    objective = spec.objective
+    if objective.second_metric or objective.rate_search or "throughput" not in objective.metric:
+        return None
+    return objective.concurrency or max(spec.probe.concurrency, default=None)
 
 
 def load_or_create(storage: optuna.storages.BaseStorage, study_name: str, spec: Spec, sampler_name: str,

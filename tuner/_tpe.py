@@ -1,6 +1,6 @@
 """The tuner's TPE: Optuna's TPESampler, taught what a launch configuration costs.
 
-Four changes, each because plain TPE wasted server restarts on the shipped or generated spaces
+Five changes, each because plain TPE wasted server restarts on the shipped or generated spaces
 (benchmarks/search_efficiency.py has the figures):
 
 1. **Proposals are weighed by the chance that the server runs at all.** Plain TPE, even with the
@@ -27,6 +27,10 @@ Four changes, each because plain TPE wasted server restarts on the shipped or ge
    pipeline layout leaves GPUs free gets as many data-parallel replicas as fit. For a server's throughput
    (and its latency under load) more copies of the same server are never worse, and a run that tried
    TP 4 x DP 1 on eight GPUs spent a restart to learn what TP 4 x DP 2 would have told it, better.
+5. **A batch limit below the load counts against a proposal** (`BatchLimit`): with a throughput objective
+   measured at concurrency C, a configuration that admits M < C requests at once (SGLang's
+   max-running-requests, vLLM's max-num-seqs, per replica) serves at most M of them; the log of M / C is
+   added to the acquisition, as the chance to run is. Not a rule: results that say otherwise can outweigh it.
 
 Built on TPESampler internals of Optuna 5.0.0 (pinned in pyproject.toml; tests/test_tpe.py fails when they
 change): `_sample` is TPESampler's own with the additions marked. Its densities are built from the trials whose
@@ -67,11 +71,13 @@ class CrashAwareTPE(optuna.samplers.TPESampler):
     """TPESampler for launch flags: weighs proposals by P(the server runs), skips forbidden and repeated
     configurations, and spends half of its startup trials near the best configuration so far."""
 
-    def __init__(self, *, space: Space | None = None, engine: Engine | None = None, local_startup: bool = True,
-                 risk_aversion: float = RISK_AVERSION, **kwargs: Any) -> None:
+    def __init__(self, *, space: Space | None = None, engine: Engine | None = None, load: int | None = None,
+                 local_startup: bool = True, risk_aversion: float = RISK_AVERSION, **kwargs: Any) -> None:
+        """`load`: the concurrency at which a throughput objective is measured (None for any other objective)."""
         super().__init__(**kwargs)
         self._space = space
         self._replicas = Replicas.of(space, engine)
+        self._batch_limit = BatchLimit.of(engine, load)
         self._local_startup = local_startup
         self._risk_aversion = risk_aversion
 
@@ -92,7 +98,7 @@ class CrashAwareTPE(optuna.samplers.TPESampler):
                 proposal = self._replicas.fill(proposal)
             # Kept with the chance that it runs (to the power risk_aversion): a choice that failed before
             # is drawn less, not never.
-            keep = np.exp(self._risk_aversion * odds.log_run(proposal, search_space))
+            keep = np.exp(self._risk_aversion * odds.log_run(proposal, search_space) + self._log_share(proposal))
             if self._allowed({}, proposal, taken) and rng.random_sample() < keep:
                 return proposal
         return {}
@@ -179,6 +185,8 @@ class CrashAwareTPE(optuna.samplers.TPESampler):
         odds = self._run_odds(study)
         log_run = np.array([odds.log_run(params, search_space) for params in external])
         acq_func_vals = acq_func_vals + self._risk_aversion * log_run
+        # Addition 4: a batch limit below the load caps the throughput at the limit's share of it.
+        acq_func_vals = acq_func_vals + np.array([self._log_share(params) for params in external])
         # Addition 2: candidates that are known wastes lose to every other.
         taken = self._taken(study, trial)
         known = self._get_params(trial, study)  # this trial's flags chosen so far, and its relative sample
@@ -187,6 +195,9 @@ class CrashAwareTPE(optuna.samplers.TPESampler):
             acq_func_vals = np.where(allowed, acq_func_vals, -np.inf)
         best = int(np.argmax(acq_func_vals))
         return external[best]
+
+    def _log_share(self, params: Mapping[str, Any]) -> float:
+        return self._batch_limit.log_share(params) if self._batch_limit is not None else 0.0
 
     def _run_odds(self, study: optuna.Study) -> GraphAwareOdds:
         finished = study._get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED),
@@ -253,6 +264,37 @@ class Replicas:
             if not self.space.violations(more):
                 filled = more
         return filled
+
+
+@dataclass(frozen=True)
+class BatchLimit:
+    """How much of the probe's load a configuration can serve at once: a server that admits 16 requests at a
+    time, probed with 256 concurrent ones, decodes batches of 16 while the rest wait, so its throughput is at
+    most what it reaches at concurrency 16. Known before the restart, this is weighed like the chance to run
+    (its log added to TPE's acquisition): without it, TPE learned "16 is slow" only from 16's own trials, and
+    spent a quarter of them there on a generated landscape probed at 256."""
+
+    flag: str  # SGLang's max-running-requests, vLLM's max-num-seqs
+    replica_flag: str | None
+    load: int
+
+    @classmethod
+    def of(cls, engine: Engine | None, load: int | None) -> BatchLimit | None:
+        if engine is None or engine.batch_limit_flag is None or not load:
+            return None
+        return cls(engine.batch_limit_flag, engine.replica_flag, load)
+
+    def log_share(self, params: Mapping[str, Any]) -> float:
+        """log of the share of the load admitted at once (0 where all of it is, or the limit is not set)."""
+        limit = params.get(self.flag)
+        if not isinstance(limit, (int, float)) or isinstance(limit, bool) or limit <= 0:
+            return 0.0
+        # Each replica has a scheduler of its own (SGLang's ranks under DP attention share one limit, so this
+        # overcounts there: the weight errs towards no penalty).
+        replicas = params.get(self.replica_flag) if self.replica_flag else None
+        if isinstance(replicas, int) and not isinstance(replicas, bool) and replicas > 1:
+            limit *= replicas
+        return min(0.0, math.log(limit / self.load))
 
 
 PRIOR_STRENGTH = 1.0  # how many trials' worth the overall run rate counts for a choice seen rarely

@@ -82,6 +82,8 @@ class Engine:
     gpu_flags: tuple[str, ...] = ()
     # The flag that runs more replicas of the same server on more GPUs (data parallel), if the engine has one.
     replica_flag: str | None = None
+    # The flag that caps how many requests the server (each replica) runs at once, if the engine has one.
+    batch_limit_flag: str | None = None
     display_command: tuple[str, ...] = ()  # how a person launches it, for exported commands
     model_flag: str = "--model-path"
     # Whether the engine's own benchmark client keeps connections alive between requests; the probe

