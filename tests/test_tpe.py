@@ -173,6 +173,30 @@ def test_a_failure_that_names_its_fix_blames_the_other_side():
     assert chance(named, 8, 0.92) == 1.0  # above every failed fraction
 
 
+def test_a_choice_that_fails_only_beyond_the_values_it_ran_with_blames_the_pair():
+    """An FP8 KV cache that ran at batch 64 answers NaN at 512, where the default dtype runs: neither flag
+    alone is new, so the lesson is "FP8 above 64", not every flag of the trial."""
+    dist = {"kv-cache-dtype": optuna.distributions.CategoricalDistribution(["auto", "fp8_e4m3"]),
+            "max-running-requests": optuna.distributions.CategoricalDistribution([32, 64, 128, 256, 512])}
+
+    def trial(dtype: str, limit: int, failure: str | None) -> optuna.trial.FrozenTrial:
+        return optuna.trial.create_trial(
+            params={"kv-cache-dtype": dtype, "max-running-requests": limit}, distributions=dist,
+            value=None if failure else 1.0, state=TrialState.PRUNED if failure else TrialState.COMPLETE,
+            user_attrs={"failure_kind": failure} if failure else {},
+            system_attrs={"constraints": (1.0 if failure else 0.0,)})
+
+    odds = RunOdds.learn([trial("fp8_e4m3", 32, None), trial("fp8_e4m3", 64, None), trial("auto", 512, None),
+                          trial("fp8_e4m3", 512, "nan")])
+
+    def chance(dtype: str, limit: int) -> float:
+        return math.exp(odds.log_run({"kv-cache-dtype": dtype, "max-running-requests": limit}, dist))
+
+    assert chance("fp8_e4m3", 512) < 0.6 * chance("fp8_e4m3", 64)  # FP8 where it never ran: half the odds
+    assert chance("auto", 512) == chance("auto", 64)  # the default dtype keeps its chance at 512
+    assert chance("fp8_e4m3", 64) > chance("auto", 64)  # and FP8 its own where it ran (twice, against once)
+
+
 REPLICA_PARAMS = ("  tp-size: {type: categorical, choices: [1, 2, 4, 8]}\n"
                   "  dp-size: {type: categorical, choices: [1, 2, 4, 8]}\n"
                   "  schedule-conservativeness: {type: float, low: 0.5, high: 1.5, step: 0.1}\n")

@@ -402,10 +402,10 @@ def make_sampler(name: str, seed: int | None, spec: Spec) -> optuna.samplers.Bas
 
 
 def _load(spec: Spec) -> int | None:
-    """The concurrency a throughput objective is measured at; None for latency, rate and two objectives (a
-    smaller batch can serve each request faster)."""
+    """The concurrency a throughput objective is measured at; None for latency, rate and two objectives and
+    for throughput under an SLO (a smaller batch can serve each request faster)."""
     objective = spec.objective
-    if objective.second_metric or objective.rate_search or "throughput" not in objective.metric:
+    if objective.second_metric or objective.rate_search or objective.slo or "throughput" not in objective.metric:
         return None
     return objective.concurrency or max(spec.probe.concurrency, default=None)
 

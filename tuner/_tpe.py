@@ -68,8 +68,9 @@ RISK_AVERSION = 2.0
 
 
 class CrashAwareTPE(optuna.samplers.TPESampler):
-    """TPESampler for launch flags: weighs proposals by P(the server runs), skips forbidden and repeated
-    configurations, and spends half of its startup trials near the best configuration so far."""
+    """TPESampler for launch flags: weighs proposals by P(the server runs) and by the share of the load they
+    admit, skips forbidden and repeated configurations, fills idle GPUs with replicas, and spends half of its
+    startup trials near the best configuration so far."""
 
     def __init__(self, *, space: Space | None = None, engine: Engine | None = None, load: int | None = None,
                  local_startup: bool = True, risk_aversion: float = RISK_AVERSION, **kwargs: Any) -> None:
@@ -271,8 +272,8 @@ class BatchLimit:
     """How much of the probe's load a configuration can serve at once: a server that admits 16 requests at a
     time, probed with 256 concurrent ones, decodes batches of 16 while the rest wait, so its throughput is at
     most what it reaches at concurrency 16. Known before the restart, this is weighed like the chance to run
-    (its log added to TPE's acquisition): without it, TPE learned "16 is slow" only from 16's own trials, and
-    spent a quarter of them there on a generated landscape probed at 256."""
+    (its log added to TPE's acquisition): without it, TPE learned that 16 is slow only from 16's own trials,
+    and a traced run on a generated landscape probed at 256 spent 9 of its 40 restarts on limits of 16 and 64."""
 
     flag: str  # SGLang's max-running-requests, vLLM's max-num-seqs
     replica_flag: str | None
@@ -317,22 +318,29 @@ class RunOdds:
     kinds of suspect by the failure's kind (`_ORDERED_SHARE`: an OOM points at sizes, a NaN at kernels), then
     equally within each. A message that names its fix (`_named_fixes`) puts half of the blame on the flag it
     names, on the side its fix moves away from, and the other half goes by these rules. If nothing in the
-    trial is unproven, the failure is an interaction, shared by all of its choices and values. Each choice's
-    chance is its runs against its runs plus blame, drawn towards the overall run rate while it has been tried
-    little; an ordered value's chance counts as runs the trials that ran at that value or beyond it, and is 1
-    where no blame covers it (a value between or beyond tried ones is not suspect in itself). A configuration
-    runs only if every flag in it does: its chance is that of its weakest unordered choice, times that of each
-    ordered value under blame. Trials refused for breaking a declared constraint are not failures of any choice.
+    trial is unproven, the failure is an interaction: of a choice with an ordered value beyond every value that
+    ran with that choice (an FP8 KV cache run at batch 64, failing at 512 where the default dtype runs), blamed
+    on that pair and the far side, or, where there is no such pair, shared by all of its choices and values.
+    Each choice's chance is its runs against its runs plus blame, drawn towards the overall run rate while it
+    has been tried little; an ordered value's chance counts as runs the trials that ran at that value or beyond
+    it, and is 1 where no blame covers it (a value between or beyond tried ones is not suspect in itself); a
+    pair's alike, over the runs with its choice. A configuration runs only if every flag in it does: its chance
+    is that of its weakest unordered choice, times that of each ordered value and pair under blame. Trials
+    refused for breaking a declared constraint are not failures of any choice.
     """
 
     def __init__(self, log_by_choice: dict[tuple[str, Any], float], log_unseen: dict[str, float],
                  log_base: float, ran_values: dict[str, list[float]],
-                 ordered_blame: dict[str, list[tuple[float, int, float]]]) -> None:
+                 ordered_blame: dict[str, list[tuple[float, int, float]]],
+                 ran_with: dict[tuple[tuple[str, Any], str], list[float]],
+                 pair_blame: dict[tuple[tuple[str, Any], str], list[tuple[float, int, float]]]) -> None:
         self._log = log_by_choice
         self._unseen = log_unseen  # by flag: a choice of it not tried yet
         self._base = log_base  # a flag not tried yet
         self._ran_values = ran_values  # by ordered flag: its values in the trials that ran
         self._ordered_blame = ordered_blame  # by ordered flag: (value, side, weight) of each blame
+        self._ran_with = ran_with  # by (choice, ordered flag): the flag's values in the runs with the choice
+        self._pair_blame = pair_blame  # by (choice, ordered flag): (value, side, weight) of each blame
 
     @classmethod
     def learn(cls, trials: Sequence[FrozenTrial]) -> RunOdds:
@@ -342,13 +350,18 @@ class RunOdds:
         base = (len(ran) + 1) / (len(counted) + 2)
         runs: dict[tuple[str, Any], int] = {}
         ran_values: dict[str, list[float]] = {}
+        ran_with: dict[tuple[tuple[str, Any], str], list[float]] = {}
         for t in ran:
-            for choice in _choices(t):
+            choices, values = _choices(t), _ordered(t)
+            for choice in choices:
                 runs[choice] = runs.get(choice, 0) + 1
-            for name, value in _ordered(t).items():
+            for name, value in values.items():
                 ran_values.setdefault(name, []).append(value)
+                for choice in choices:
+                    ran_with.setdefault((choice, name), []).append(value)
         blame: dict[tuple[str, Any], float] = {}
         ordered_blame: dict[str, list[tuple[float, int, float]]] = {}
+        pair_blame: dict[tuple[tuple[str, Any], str], list[tuple[float, int, float]]] = {}
         for t in failed:
             choices, values = _choices(t), _ordered(t)
             weight = 1.0  # of the blame, what the rules below share out
@@ -362,6 +375,14 @@ class RunOdds:
             ordered_suspects = [(name, value, side) for name, value in values.items()
                                 if (side := _unproven_side(value, ran_values.get(name, ()))) is not None]
             if not suspects and not ordered_suspects:  # an interaction of flags that each ran elsewhere
+                # A choice that ran, but never with a value this far (an FP8 KV cache that ran at batch 64 and
+                # gives NaN at 512, where the default dtype runs): the pair is to blame, not either alone.
+                pairs = [(c, name, value, side) for c in choices for name, value in values.items()
+                         if (side := _unproven_side(value, ran_with.get((c, name), ()))) is not None]
+                for c, name, value, side in pairs:
+                    pair_blame.setdefault((c, name), []).append((value, side, weight / len(pairs)))
+                if pairs:
+                    continue
                 suspects, ordered_suspects = choices, [(name, value, AT) for name, value in values.items()]
             share = _ORDERED_SHARE.get(t.user_attrs.get("failure_kind"), 0.5) if suspects else 1.0
             if not ordered_suspects:
@@ -384,31 +405,39 @@ class RunOdds:
                                      / (runs.get(c, 0) + blame.get(c, 0.0) + PRIOR_STRENGTH))
                          for c in set(runs) | set(blame)}
         unseen = {name: math.log(p) for name, p in prior.items()}
-        return cls(log_by_choice, unseen, math.log(base), ran_values, ordered_blame)
+        return cls(log_by_choice, unseen, math.log(base), ran_values, ordered_blame, ran_with, pair_blame)
 
     def log_run(self, params: Mapping[str, Any], search_space: Mapping[str, BaseDistribution]) -> float:
         """log P(runs) of a configuration: that of its least likely unordered choice, times that of each
         ordered value that a failure's blame covers."""
         weakest, ordered = 0.0, 0.0
+        choices, values = [], {}
         for name, value in params.items():
             dist = search_space.get(name)
             if dist is None:
                 continue
             if _is_ordered(dist):
-                ordered += self._log_run_ordered(name, float(value))
+                values[name] = float(value)
+                ordered += _log_run_ordered(self._ordered_blame.get(name, ()), self._ran_values.get(name, ()),
+                                            float(value))
             else:
+                choices.append((name, _key(value)))
                 weakest = min(weakest, self._log.get((name, _key(value)), self._unseen.get(name, self._base)))
+        for choice, name in self._pair_blame.keys() & {(c, n) for c in choices for n in values}:
+            ordered += _log_run_ordered(self._pair_blame[choice, name], self._ran_with.get((choice, name), ()),
+                                        values[name])
         return weakest + ordered
 
-    def _log_run_ordered(self, name: str, value: float) -> float:
-        """Each side's blame that covers this value against the runs that cover it; the worse side counts."""
-        worst = 0.0
-        for side in (UP, DOWN, AT):
-            blame = sum(w for v, s, w in self._ordered_blame.get(name, ()) if s == side and _covers(v, side, value))
-            if blame > 0:
-                runs = sum(_covers(value, side, r) for r in self._ran_values.get(name, ()))
-                worst = min(worst, math.log((runs + PRIOR_STRENGTH) / (runs + blame + PRIOR_STRENGTH)))
-        return worst
+
+def _log_run_ordered(blames: Sequence[tuple[float, int, float]], ran: Sequence[float], value: float) -> float:
+    """Each side's blame that covers this value against the runs that cover it; the worse side counts."""
+    worst = 0.0
+    for side in (UP, DOWN, AT):
+        blame = sum(w for v, s, w in blames if s == side and _covers(v, side, value))
+        if blame > 0:
+            runs = sum(_covers(value, side, r) for r in ran)
+            worst = min(worst, math.log((runs + PRIOR_STRENGTH) / (runs + blame + PRIOR_STRENGTH)))
+    return worst
 
 
 # Each flag, with the value that turns CUDA graph capture off (SGLang's, then vLLM's).
