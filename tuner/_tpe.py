@@ -8,12 +8,13 @@ Five changes, each because plain TPE wasted server restarts on the shipped or ge
    tried little: a backend that produced NaN every time looks *better* than the working one tried often, and
    keeps being proposed (28% of the GLM-5 space's trials after the tenth crashed). Here the acquisition
    log l(x)/g(x) gets RISK_AVERSION * log P(runs | x) added, with P(runs | x) from `RunOdds`: per choice of
-   an unordered flag and per range of an ordered one, from the trials that ran and the failures that blame
-   them by kind (the idea of c-TPE, Watanabe and Hutter, IJCAI 2023, with a model that learns "this backend
-   crashes" from two or three trials, and "batch 96 ran out of memory" as a statement about 96 and above;
-   a multivariate Parzen estimate of feasibility, tried first, could not). A failed CUDA graph capture
-   speaks only of configurations that capture graphs (`GraphAwareOdds`), and a failure whose message names
-   its fix ("increase --mem-fraction-static") blames the side of the value that the fix moves away from.
+   an unordered flag, per range of an ordered one and, for a failure no single flag explains, per range
+   that a choice never ran with; from the trials that ran and the failures that blame them by kind (the idea
+   of c-TPE, Watanabe and Hutter, IJCAI 2023, with a model that learns "this backend crashes" from two or
+   three trials, and "batch 96 ran out of memory" as a statement about 96 and above; a multivariate Parzen
+   estimate of feasibility, tried first, could not). A failed CUDA graph capture speaks only of
+   configurations that capture graphs (`GraphAwareOdds`), and a failure whose message names its fix
+   ("increase --mem-fraction-static") blames the side of the value that the fix moves away from.
 2. **Nothing is proposed that is known in advance to be a wasted trial**: a candidate that breaks a constraint
    the space declares, or repeats a configuration already measured (or running), is dropped from TPE's
    candidates (a third of plain TPE's trials on the 70B space were such). If every candidate is one, TPE's
@@ -419,7 +420,7 @@ class RunOdds:
             if _is_ordered(dist):
                 values[name] = float(value)
                 ordered += _log_run_ordered(self._ordered_blame.get(name, ()), self._ran_values.get(name, ()),
-                                            float(value))
+                                            values[name])
             else:
                 choices.append((name, _key(value)))
                 weakest = min(weakest, self._log.get((name, _key(value)), self._unseen.get(name, self._base)))
