@@ -410,7 +410,7 @@ class RunOdds:
 
     def log_run(self, params: Mapping[str, Any], search_space: Mapping[str, BaseDistribution]) -> float:
         """log P(runs) of a configuration: that of its least likely unordered choice, times that of each
-        ordered value that a failure's blame covers."""
+        ordered value and each pair (a choice, a range of an ordered flag) that a failure's blame covers."""
         weakest, ordered = 0.0, 0.0
         choices, values = [], {}
         for name, value in params.items():
@@ -424,9 +424,9 @@ class RunOdds:
             else:
                 choices.append((name, _key(value)))
                 weakest = min(weakest, self._log.get((name, _key(value)), self._unseen.get(name, self._base)))
-        for choice, name in self._pair_blame.keys() & {(c, n) for c in choices for n in values}:
-            ordered += _log_run_ordered(self._pair_blame[choice, name], self._ran_with.get((choice, name), ()),
-                                        values[name])
+        for (choice, name), blames in self._pair_blame.items():
+            if choice in choices and name in values:
+                ordered += _log_run_ordered(blames, self._ran_with.get((choice, name), ()), values[name])
         return weakest + ordered
 
 
