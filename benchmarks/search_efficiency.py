@@ -110,7 +110,7 @@ import optuna  # noqa: E402
 import _landscapes  # noqa: E402
 import _nevergrad_anchor  # noqa: E402
 import _smac_anchor  # noqa: E402
-from tuner._failures import FailureKind, FailureRecord  # noqa: E402
+from tuner._failures import CUDA_GRAPH_CAPTURE, HUNG_IN, FailureKind, FailureRecord  # noqa: E402
 from tuner._probe import LevelMetrics, ProbeResult  # noqa: E402
 from tuner._space import ServerConfig, Space  # noqa: E402
 from tuner._spec import Spec, load_spec  # noqa: E402
@@ -161,6 +161,7 @@ class Measurement:
     failure: FailureKind | None
     message: str = ""
     level: LevelMetrics | None = None
+    attrs: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # the failure's, as the tuner records
 
 
 class Problem:
@@ -191,6 +192,10 @@ class Problem:
         probe = self.spec.probe
         p = predict(self.profile, flag_argv(config.flags), self.concurrency, probe.input_len, probe.output_len,
                     num_requests=probe.requests, seed=noise_seed or 0, noise=noise_seed is not None)
+        if p.status == "startup_timeout" and p.stage == "capture":
+            # Readiness names a hang after the capture-begin line (tuner/_readiness.py).
+            return Measurement(FailureKind.STARTUP_TIMEOUT, "no log output (hang) during CUDA graph capture",
+                               attrs={HUNG_IN: CUDA_GRAPH_CAPTURE})
         if p.status != "ok":
             return Measurement(STATUS_KINDS.get(p.status, FailureKind.CRASH_ON_START), p.message or p.status)
         return Measurement(None, level=self._level(p))
@@ -349,7 +354,7 @@ class SimulatedWorker(Worker):
         self.launched[trial.number] = (m, config)
         result = TrialResult(trial.number, config)
         if m.failure is not None:
-            result.failure = FailureRecord(m.failure, m.message, "", "simulated")
+            result.failure = FailureRecord(m.failure, m.message, "", "simulated", m.attrs)
         else:
             result.probe = ProbeResult(0.0, (m.level,))
         return result

@@ -44,6 +44,22 @@ def test_fault_is_recorded_with_its_kind_and_nothing_remains(tuner, fault, kind)
     assert tuner.leftovers() == {}
 
 
+@pytest.mark.parametrize("fault, hung_in", [("hang_at_capture", "cuda_graph_capture"),
+                                             ("slow_start_no_log=30", None)])
+def test_a_start_that_times_out_says_whether_it_hung_capturing_cuda_graphs(tuner, fault, hung_in):
+    """The simulated server logs SGLang's capture-begin line and then nothing: that hang is the capture's (the
+    sampler learns it as a failed capture); a start that hangs before it is only a timeout."""
+    space = tuner.space(FAULT_SPACE)
+    done = tuner.run("run", "--trials", "1", "--space", str(space), "--simulate", "instant",
+                     env={"TUNER_SIM_FAULTS": fault})
+    assert done.returncode == 0, done.stderr
+    attrs = tuner.study("faults").trials[0].user_attrs
+    assert attrs["failure_kind"] == "startup_timeout"
+    assert attrs.get("hung_in") == hung_in
+    assert ("during CUDA graph capture" in attrs["failure_message"]) == (hung_in is not None)
+    assert tuner.leftovers() == {}
+
+
 def test_response_slower_than_request_timeout_is_errors_under_load(tuner):
     space = tuner.space(FAULT_SPACE.replace("request-timeout: 5", "request-timeout: 0.5")
                         .replace("request-timeout: 10", "request-timeout: 5"))

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from tuner._failures import FailureKind
 from tuner._logwatch import MAX_LINE, LogWatcher, exception_line
 from tuner.engines import get_engine
@@ -71,6 +73,43 @@ def test_watcher_names_the_exception_and_ranks_a_bare_traceback_below_a_fatal_ca
     assert watcher.fatal.definitive and watcher.fatal.kind is FailureKind.CRASH_ON_START
     assert watcher.cause() == "NotImplementedError: TPU version must be 4 or higher"
     assert "NotImplementedError" in watcher.excerpt(around=watcher.fatal.line)
+
+
+# The capture lines as each engine prints them: SGLang 0.5.23 and 0.5.6 (logger lines), vLLM (a tqdm bar,
+# redrawn with carriage returns and ended with a newline only when done, then a logger line).
+CAPTURES = {
+    "sglang": ("[2026-12-05 10:00:01 TP0] Capture target decode CUDA graph begin. backend=full, "
+               "num_tokens_per_req=1, avail mem=20.10 GB\n",
+               "[2026-12-05 10:00:09 TP0] Capture target decode CUDA graph end. bs=[1, 2, 4, 8], elapsed=8.00 s, "
+               "mem usage=0.50 GB, avail mem=19.60 GB.\n"),
+    "sglang-0.5.6": ("[2026-12-05 10:00:01 TP0] Capture cuda graph begin. This can take up to several minutes. "
+                     "avail mem=20.10 GB\n",
+                     "[2026-12-05 10:00:09 TP0] Capture cuda graph end. Time elapsed: 8.00 s. mem usage=0.50 GB. "
+                     "avail mem=19.60 GB.\n"),
+    "vllm": ("\rCapturing CUDA graphs (mixed prefill-decode, PIECEWISE):   0%|          | 0/67 [00:00<?, ?it/s]"
+             "\rCapturing CUDA graphs (mixed prefill-decode, PIECEWISE):  40%|####      | 27/67 [00:01<00:02]",
+             "\rCapturing CUDA graphs (mixed prefill-decode, PIECEWISE): 100%|##########| 67/67 [00:03<00:00]\n"
+             "(EngineCore_DP0 pid=1) INFO 12-05 10:00:09 [gpu_model_runner.py:4587] Graph capturing finished in "
+             "3 secs, took 0.43 GiB\n"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CAPTURES))
+def test_watcher_knows_when_the_server_is_capturing_cuda_graphs(tmp_path, case):
+    begin, end = CAPTURES[case]
+    log = tmp_path / "server.log"
+    log.write_text("INFO: Load weight end. mem usage=15.00 GB\n")
+    watcher = LogWatcher(log, get_engine(case.split("-")[0]))
+    watcher.poll()
+    assert not watcher.capturing()
+    with log.open("a") as f:
+        f.write(begin)
+    watcher.poll()
+    assert watcher.capturing()  # a hang from here on is the capture's
+    with log.open("a") as f:
+        f.write(end + "INFO: The server is fired up and ready to roll!\n")
+    watcher.poll()
+    assert not watcher.capturing()
 
 
 def test_a_burst_of_log_output_keeps_the_watcher_small(tmp_path):

@@ -13,6 +13,7 @@ from optuna.trial import TrialState
 
 from conftest import REPO, instant_space
 from tuner import parse_spec
+from tuner._failures import failed_capturing
 from tuner._study import make_sampler
 from tuner._tpe import BatchLimit, CrashAwareTPE, GraphAwareOdds, Replicas, RunOdds
 from tuner.engines import get_engine
@@ -74,10 +75,10 @@ def test_an_oom_at_a_large_batch_blames_large_batches_not_graphs(tuner, kind):
     assert tuner.leftovers() == {}
 
 
-def _profile_capture_fails_with(backend: str, folder) -> str:
-    """The instant profile, with a backend whose CUDA graph capture fails (it runs with graphs off)."""
+def _profile_capture_fails_with(backend: str, folder, effect: str = "crash_at_capture") -> str:
+    """The instant profile, with a backend whose CUDA graph capture fails or hangs (it runs with graphs off)."""
     text = (REPO / "tuner" / "sim" / "profiles" / "instant.yaml").read_text()
-    health = (f"health:\n  - {{when: {{decode_backend: {backend}}}, effect: crash_at_capture,\n"
+    health = (f"health:\n  - {{when: {{decode_backend: {backend}}}, effect: {effect},\n"
               f"     message: 'CUDA error: operation not permitted when stream is capturing'}}\n")
     assert "health: []\n" in text
     path = folder / "capture-fails.yaml"
@@ -85,9 +86,12 @@ def _profile_capture_fails_with(backend: str, folder) -> str:
     return str(path)
 
 
-def test_a_failed_graph_capture_blames_the_backend_with_graphs_only(tuner):
+@pytest.mark.parametrize("effect, kind", [("crash_at_capture", "graph_capture_failed"),
+                                          ("hang_at_capture", "startup_timeout")])
+def test_a_failed_graph_capture_blames_the_backend_with_graphs_only(tuner, effect, kind):
     """A capture failure cannot happen with graphs off: flashinfer stays in play there (on 8 generated
-    landscapes the optimum runs with graphs off a backend whose capture fails, and one failure hid it)."""
+    landscapes the optimum runs with graphs off a backend whose capture fails, and one failure hid it). A
+    start that hangs after the capture-begin line is such a failure too."""
     params = ("  attention-backend: {type: categorical, choices: [fa3, flashinfer]}\n"
               "  disable-cuda-graph: {type: bool}\n"
               "  schedule-conservativeness: {type: float, low: 0.5, high: 1.5, step: 0.1}\n")
@@ -96,13 +100,14 @@ def test_a_failed_graph_capture_blames_the_backend_with_graphs_only(tuner):
         baseline="{attention-backend: fa3, disable-cuda-graph: false, schedule-conservativeness: 1.0}",
         extra="try-first:\n"
               "  - {attention-backend: flashinfer, disable-cuda-graph: false, schedule-conservativeness: 1.0}\n"))
-    profile = _profile_capture_fails_with("flashinfer", tuner.folder)
+    profile = _profile_capture_fails_with("flashinfer", tuner.folder, effect)
     done = tuner.run("run", "--trials", "2", "--space", str(space), "--simulate", profile, "--seed", "3")
     assert done.returncode == 0, done.stderr
     study = tuner.study("capture-lesson")
     baseline, failed = study.trials
     assert baseline.user_attrs["feasible"], baseline.user_attrs
-    assert failed.user_attrs["failure_kind"] == "graph_capture_failed", failed.user_attrs
+    assert failed.user_attrs["failure_kind"] == kind, failed.user_attrs
+    assert failed_capturing(failed.user_attrs)
 
     def chance(odds, backend: str, graphs_off: bool) -> float:
         return _chance(odds, study, attention_backend=backend, disable_cuda_graph=graphs_off,
@@ -120,7 +125,7 @@ def test_a_failed_graph_capture_blames_the_backend_with_graphs_only(tuner):
     trials = tuner.study("capture-lesson").get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED))
     runs_off = [t for t in trials if t.params["attention-backend"] == "flashinfer"
                 and t.params["disable-cuda-graph"] and t.user_attrs.get("feasible")]
-    capture_failures = [t for t in trials if t.user_attrs.get("failure_kind") == "graph_capture_failed"]
+    capture_failures = [t for t in trials if failed_capturing(t.user_attrs)]
     seen = [(t.params, t.user_attrs.get("failure_kind")) for t in trials]
     assert runs_off, seen
     assert len(capture_failures) <= 2, seen

@@ -48,6 +48,17 @@ _CORRECTNESS = frozenset(
     {FailureKind.NAN, FailureKind.WRONG_ANSWER, FailureKind.GARBAGE, FailureKind.INCONSISTENT_LOGPROBS}
 )
 
+# A trial attribute of a start that timed out: where it hung, if the log says (CUDA_GRAPH_CAPTURE: between
+# the engine's capture-begin line and its end).
+HUNG_IN = "hung_in"
+CUDA_GRAPH_CAPTURE = "cuda_graph_capture"
+
+
+def failed_capturing(attrs: Mapping[str, Any]) -> bool:
+    """Whether a trial's attributes say its CUDA graph capture failed: an exception, or a hang."""
+    return (attrs.get("failure_kind") == FailureKind.GRAPH_CAPTURE_FAILED.value
+            or attrs.get(HUNG_IN) == CUDA_GRAPH_CAPTURE)
+
 
 class TrialFailure(Exception):
     """Ends one trial: what went wrong, in which stage, and the evidence for it."""

@@ -50,6 +50,9 @@ class LogWatcher:
         self.fatal: FatalSign | None = None
         self._before: list[str] = []  # the lines before the fatal sign
         self._after: list[str] = []  # the lines from the fatal sign on
+        self._capture_begin = re.compile(engine.capture_begin) if engine.capture_begin else None
+        self._capture_end = re.compile(engine.capture_end) if engine.capture_end else None
+        self._capturing = False
 
     def poll(self) -> int:
         """Reads what the log gained (up to POLL_BYTES); updates `fatal` and `last_growth`. Returns the
@@ -88,6 +91,11 @@ class LogWatcher:
 
     def _line(self, line: str) -> None:
         self.lines_seen += 1
+        if self._capture_begin is not None and "raph" in line:  # (G|g)raph: most lines never reach the regexes
+            if self._capture_begin.search(line):
+                self._capturing = True
+            elif self._capture_end is not None and self._capture_end.search(line):
+                self._capturing = False
         if self.fatal is not None and len(self._after) < _AFTER:
             self._after.append(line)
         found = self.engine.classify_log_line(line)
@@ -125,6 +133,14 @@ class LogWatcher:
                 after = after[:10] + ["[...]"] + self._after[max(10, upto - (lines - 20)): upto + 3]
             return "\n".join(self._before + after)
         return "\n".join(list(self.tail)[-lines:])
+
+    def capturing(self) -> bool:
+        """Whether the server's last word is that it began capturing CUDA graphs (and not that it finished);
+        a progress bar's line, still unended, counts."""
+        if self._capturing:
+            return True
+        return self._capture_begin is not None and bool(
+            self._capture_begin.search(self._partial.decode("utf-8", "replace")))
 
     def contains(self, needle: str) -> bool:
         return any(needle in line for line in self.tail)

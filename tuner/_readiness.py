@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import httpx
 import tenacity
 
-from ._failures import FailureKind, TrialFailure
+from ._failures import CUDA_GRAPH_CAPTURE, HUNG_IN, FailureKind, TrialFailure
 from ._launch import ServerProcess
 from ._logwatch import LogWatcher
 from .engines import Engine
@@ -42,11 +42,17 @@ def wait_until_ready(server: ServerProcess, engine: Engine, watcher: LogWatcher,
         check_alive(server, watcher, stage="readiness", cancel=cancel)
         now = time.monotonic()
         if now > deadline:
-            raise TrialFailure(FailureKind.STARTUP_TIMEOUT, f"not ready after {startup_timeout:g} s",
-                               watcher.excerpt(), "readiness")
+            timed_out(f"not ready after {startup_timeout:g} s")
         if now - watcher.last_growth > stall_timeout:
-            raise TrialFailure(FailureKind.STARTUP_TIMEOUT,
-                               f"no log output for {stall_timeout:g} s (hang)", watcher.excerpt(), "readiness")
+            timed_out(f"no log output for {stall_timeout:g} s (hang)")
+
+    def timed_out(message: str) -> None:
+        # A hang while capturing CUDA graphs is the capture's failure: the sampler learns it as one (it says
+        # nothing of the same flags with graphs off), and the message tells the user where it stuck.
+        if watcher.capturing():
+            raise TrialFailure(FailureKind.STARTUP_TIMEOUT, f"{message} during CUDA graph capture",
+                               watcher.excerpt(), "readiness", {HUNG_IN: CUDA_GRAPH_CAPTURE})
+        raise TrialFailure(FailureKind.STARTUP_TIMEOUT, message, watcher.excerpt(), "readiness")
 
     def attempt() -> None:
         alive()

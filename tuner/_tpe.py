@@ -12,9 +12,10 @@ Five changes, each because plain TPE wasted server restarts on the shipped or ge
    that a choice never ran with; from the trials that ran and the failures that blame them by kind (the idea
    of c-TPE, Watanabe and Hutter, IJCAI 2023, with a model that learns "this backend crashes" from two or
    three trials, and "batch 96 ran out of memory" as a statement about 96 and above; a multivariate Parzen
-   estimate of feasibility, tried first, could not). A failed CUDA graph capture speaks only of
-   configurations that capture graphs (`GraphAwareOdds`), and a failure whose message names its fix
-   ("increase --mem-fraction-static") blames the side of the value that the fix moves away from.
+   estimate of feasibility, tried first, could not). A failed CUDA graph capture (or a start that hung
+   capturing) speaks only of configurations that capture graphs (`GraphAwareOdds`), and a failure whose
+   message names its fix ("increase --mem-fraction-static") blames the side of the value that the fix moves
+   away from.
 2. **Nothing is proposed that is known in advance to be a wasted trial**: a candidate that breaks a constraint
    the space declares, or repeats a configuration already measured (or running), is dropped from TPE's
    candidates (a third of plain TPE's trials on the 70B space were such). If every candidate is one, TPE's
@@ -53,7 +54,7 @@ from optuna.distributions import BaseDistribution
 from optuna.samplers._tpe.sampler import _split_trials, default_gamma
 from optuna.trial import FrozenTrial, TrialState
 
-from ._failures import FailureKind
+from ._failures import failed_capturing
 from ._space import Space
 
 if TYPE_CHECKING:
@@ -457,8 +458,9 @@ class GraphAwareOdds:
     A failed capture cannot happen without capture, yet one `RunOdds` over all trials blames the backend it
     failed with for every configuration, graphs off included: on the generated landscapes where the optimum
     runs such a backend with graphs off, the search left it after one failure (benchmarks/search_efficiency.py).
-    So the capture failures and the trials that captured and ran teach the second factor alone, and every
-    other trial the first. With no failed capture this is exactly one `RunOdds` over all trials.
+    So the capture failures (an exception, or a start that hung after the capture-begin line) and the trials
+    that captured and ran teach the second factor alone, and every other trial the first. With no failed
+    capture this is exactly one `RunOdds` over all trials.
     """
 
     def __init__(self, general: RunOdds, capture: RunOdds | None) -> None:
@@ -467,7 +469,7 @@ class GraphAwareOdds:
 
     @classmethod
     def learn(cls, trials: Sequence[FrozenTrial]) -> GraphAwareOdds:
-        failed_capture = [t.user_attrs.get("failure_kind") == FailureKind.GRAPH_CAPTURE_FAILED for t in trials]
+        failed_capture = [failed_capturing(t.user_attrs) for t in trials]
         general = RunOdds.learn([t for t, failed in zip(trials, failed_capture) if not failed])
         if not any(failed_capture):
             return cls(general, None)

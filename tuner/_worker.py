@@ -22,7 +22,7 @@ import optuna
 from optuna.trial import TrialState
 
 from ._errors import TunerError
-from ._failures import FailureKind, FailureRecord
+from ._failures import HUNG_IN, FailureKind, FailureRecord
 from ._procs import free_port
 from ._record import FEASIBILITY, note_markdown, save_note, store_log, trial_attrs, upload_log
 from ._redact import Redactor
@@ -38,7 +38,7 @@ FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 # What a retried trial inherits from the one that died (RetryHeartbeatStaleTrialCallback copies every user
 # attr) but must not keep: it is about the dead run, not this one.
 _RUN_ATTRS = ("config_key", "ended_at", "gpu_ids", "slot_acquired_at", "slot_released_at", "failure_kind",
-              "failure_message", "failure_stage")
+              "failure_message", "failure_stage", HUNG_IN)
 
 
 class Interrupted(TunerError):

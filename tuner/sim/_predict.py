@@ -34,6 +34,7 @@ class Prediction:
     startup_s: float = 0.0  # simulated seconds until "The server is fired up and ready to roll!"
     max_batch: int = 0
     message: str = ""  # the exception line a failing server prints
+    stage: str = ""  # where a start failed: args | devices | load | kernels | kv | capture
     resolved: dict[str, Any] = field(default_factory=dict, repr=False)
 
 
@@ -77,7 +78,8 @@ def predict(profile: Profile | str | Path, args: Mapping[str, Any] | Sequence[st
     base = dict(kv_tokens=memory.kv_tokens, free_mem_gb=round(memory.avail_after_capture_gb, 3),
                 resolved=dict(setup.resolved.args))
     if setup.failure is not None:
-        return Prediction(status=setup.failure.kind, message=setup.failure.exc_line, **base)
+        return Prediction(status=setup.failure.kind, message=setup.failure.exc_line, stage=setup.failure.stage,
+                          **base)
     return _run(setup, concurrency, input_len, output_len, num_requests or concurrency, base)
 
 
