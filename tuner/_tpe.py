@@ -292,8 +292,10 @@ class BatchLimit:
         limit = params.get(self.flag)
         if not isinstance(limit, (int, float)) or isinstance(limit, bool) or limit <= 0:
             return 0.0
-        # Each replica has a scheduler of its own (SGLang's ranks under DP attention share one limit, so this
-        # overcounts there: the weight errs towards no penalty).
+        # Each replica has a scheduler of its own, started with the same flags (SGLang 0.5.23's
+        # data_parallel_controller.py leaves the limit alone); ranks under DP attention share one limit
+        # (model_executor/pool_configurator.py divides it by attn_dp_size), so this overcounts there: the
+        # weight errs towards no penalty.
         replicas = params.get(self.replica_flag) if self.replica_flag else None
         if isinstance(replicas, int) and not isinstance(replicas, bool) and replicas > 1:
             limit *= replicas
