@@ -73,10 +73,11 @@ class SGLang(Engine):
             gpu_flags=("tp-size", "pp-size", "dp-size"),
             replica_flag="dp-size",
             batch_limit_flag="max-running-requests",
-            # 0.5.23: "Capture target decode CUDA graph begin. ..." / "... end. ..." (and prefill alike;
-            # model_runner_components/cuda_graph_setup.py); 0.5.6: "Capture cuda graph begin. ..." / "... end."
-            capture_begin=r"Capture .*(?:cuda|CUDA) graph begin",
-            capture_end=r"Capture .*(?:cuda|CUDA) graph end",
+            # 0.5.23: "Capture target decode CUDA graph begin. ..." / "... end. ..." (and prefill, draft alike;
+            # model_runner_components/cuda_graph_setup.py); 0.5.6: "Capture cuda graph begin. ..." ("cpu graph"
+            # on a CPU device). tests/contract/test_log_lines_contract.py renders every such line in the source.
+            capture_begin=r"Capture .*(?:cuda|CUDA|cpu) graph begin",
+            capture_end=r"Capture .*(?:cuda|CUDA|cpu) graph end",
             display_command=("python", "-m", "sglang.launch_server"),
             # bench_serving opens an aiohttp session, so a TCP connection, per request
             # (sglang/benchmark/serving.py, _create_bench_client_session in each async_request_*). With

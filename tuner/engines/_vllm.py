@@ -101,7 +101,7 @@ class VLLM(Engine):
             replica_flag="data-parallel-size",
             batch_limit_flag="max-num-seqs",
             # v1/worker/gpu_model_runner.py: a tqdm bar "Capturing CUDA graphs (mode, PIECEWISE)", then
-            # "Graph capturing finished in N secs, took X GiB".
+            # "Graph capturing finished in N secs, took X GiB" (tests/contract/test_log_lines_contract.py).
             capture_begin=r"Capturing CUDA graphs",
             capture_end=r"Graph capturing finished",
             # `vllm serve` where the distribution provides the console script; the CPU build
