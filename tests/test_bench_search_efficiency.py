@@ -85,3 +85,25 @@ def test_a_better_point_a_strategy_found_raises_the_cached_optimum(tmp_path, mon
     se.save_optimum(problem, raised)
     again = se.true_optimum(problem, 2, False, True)  # the next run starts from the raised optimum
     assert again.value == value and again.method == "local search from 2 starts" + se.RAISED + se.CACHED
+
+
+def test_random_is_judged_over_its_longer_run_as_the_ratios_denominator() -> None:
+    """Random gets --random-trials trials: its own row is its first --trials, a ratio to it uses all of them (a
+    median censored at trials + 1 understated what random needs, and so flattered random)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import search_efficiency as se
+    problem = se.Problem("llama3-8b-h200")
+    optimum = se.true_optimum(problem, 2, False, False).value
+    runs = {"random": [se.run_strategy(("llama3-8b-h200", "random", seed, 60, 0.0))[3] for seed in (0, 1)],
+            "tpe": [se.run_strategy(("llama3-8b-h200", "tpe", seed, 8, 0.0))[3] for seed in (0, 1)]}
+    stats = se.summarise(problem, runs, optimum, 8)
+    rnd = stats["random"]
+    assert rnd["restarts_to"] == [se.judge(problem, r[:8], optimum, 8).restarts_to for r in runs["random"]]
+    whole = [se.judge(problem, r, optimum, 60).restarts_to for r in runs["random"]]
+    assert rnd["as_baseline"]["restarts_to"] == whole and rnd["as_baseline"]["trials"] == 60
+    assert max(whole) > 9  # random does not reach 98% within 8 trials here: the short row alone is censored
+    ratio = se._versus_random(stats["tpe"], rnd, "restarts_to", 8)
+    tpe_median, random_median = se._median(stats["tpe"]["restarts_to"]), se._median(whole)
+    assert ratio.removeprefix(">=").removeprefix("<=") == f"{tpe_median / random_median:.2f}"
+    assert ratio.startswith("<=") == (random_median > 60)
+    assert se._versus_random(rnd, rnd, "restarts_to", 8) == "1.00"

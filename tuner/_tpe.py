@@ -54,7 +54,7 @@ from optuna.distributions import BaseDistribution
 from optuna.samplers._tpe.sampler import _split_trials, default_gamma
 from optuna.trial import FrozenTrial, TrialState
 
-from ._failures import failed_capturing
+from ._failures import FailureKind, failed_capturing
 from ._space import Space
 
 if TYPE_CHECKING:
@@ -290,14 +290,14 @@ class BatchLimit:
     def log_share(self, params: Mapping[str, Any]) -> float:
         """log of the share of the load admitted at once (0 where all of it is, or the limit is not set)."""
         limit = params.get(self.flag)
-        if not isinstance(limit, (int, float)) or isinstance(limit, bool) or limit <= 0:
+        if not _is_number(limit) or limit <= 0:
             return 0.0
         # Each replica has a scheduler of its own, started with the same flags (SGLang 0.5.23's
         # data_parallel_controller.py leaves the limit alone); ranks under DP attention share one limit
         # (model_executor/pool_configurator.py divides it by attn_dp_size), so this overcounts there: the
         # weight errs towards no penalty.
         replicas = params.get(self.replica_flag) if self.replica_flag else None
-        if isinstance(replicas, int) and not isinstance(replicas, bool) and replicas > 1:
+        if _is_number(replicas) and replicas > 1:
             limit *= replicas
         return min(0.0, math.log(limit / self.load))
 
@@ -306,8 +306,9 @@ PRIOR_STRENGTH = 1.0  # how many trials' worth the overall run rate counts for a
 # The share of a failure's blame that goes to ordered flags (numbers: sizes, fractions, limits) when unordered
 # choices (backends, dtypes, switches) are suspects too. Running out of memory is what a larger size or
 # fraction does; NaN, garbage and a failed capture are what a kernel does.
-_ORDERED_SHARE = {"oom": 0.75, "nan": 0.25, "garbage": 0.25, "graph_capture_failed": 0.25,
-                  "wrong_answer": 0.25, "inconsistent_logprobs": 0.25}
+_ORDERED_SHARE = {FailureKind.OOM: 0.75, FailureKind.NAN: 0.25, FailureKind.GARBAGE: 0.25,
+                  FailureKind.GRAPH_CAPTURE_FAILED: 0.25, FailureKind.WRONG_ANSWER: 0.25,
+                  FailureKind.INCONSISTENT_LOGPROBS: 0.25}
 UP, DOWN, AT = 1, -1, 0  # a blame on an ordered flag covers its value and those above, below, or it alone
 
 
@@ -348,7 +349,7 @@ class RunOdds:
 
     @classmethod
     def learn(cls, trials: Sequence[FrozenTrial]) -> RunOdds:
-        counted = [t for t in trials if t.user_attrs.get("failure_kind") != "invalid_config"]
+        counted = [t for t in trials if t.user_attrs.get("failure_kind") != FailureKind.INVALID_CONFIG]
         ran = [t for t in counted if _violation(t) <= 0]
         failed = [t for t in counted if _violation(t) > 0]
         base = (len(ran) + 1) / (len(counted) + 2)
@@ -523,8 +524,12 @@ def _unproven_side(value: float, ran: Sequence[float]) -> int | None:
 def _is_ordered(dist: BaseDistribution) -> bool:
     if isinstance(dist, (optuna.distributions.IntDistribution, optuna.distributions.FloatDistribution)):
         return True
-    return isinstance(dist, optuna.distributions.CategoricalDistribution) and all(
-        isinstance(c, (int, float)) and not isinstance(c, bool) for c in dist.choices)
+    return isinstance(dist, optuna.distributions.CategoricalDistribution) and all(map(_is_number, dist.choices))
+
+
+def _is_number(value: Any) -> bool:
+    """An int or a float, not a bool (which Python counts as an int)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _ordered(trial: FrozenTrial) -> dict[str, float]:
