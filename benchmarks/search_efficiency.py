@@ -947,6 +947,37 @@ def print_overall(all_stats: dict[str, dict[str, dict[str, Any]]], trials: int) 
               f"{within_ok:>10.0%} {share(lambda v: 'crash/NaN' not in v.misses):>11} {share(lambda v: not v.misses):>8} "
               f"{_median([v.gpu_ratio for v in vs if v.gpu_ratio == v.gpu_ratio]):>13.2f}  "
               + ("met" if not suite else "missed: " + ", ".join(suite)))
+    print_head_to_head(all_stats, trials)
+
+
+def print_head_to_head(all_stats: dict[str, dict[str, dict[str, Any]]], trials: int) -> None:
+    """Per set: each strategy's median over the landscapes of its median restarts to 98%, and on how many
+    landscapes the tuner needs fewer or more. The verdicts above compare the tuner on each landscape with the
+    anchor that did best there, picked afterwards; this compares it with each anchor as a user would run it."""
+    groups: dict[str, list[str]] = {}
+    for name, stats in all_stats.items():
+        if "tpe" in stats and len(stats) > 1:
+            groups.setdefault(landscape_set(name), []).append(name)
+    for group in ("shipped", "train", "test"):
+        names = groups.get(group)
+        if not names:
+            continue
+        print(f"   {group}: median over the landscapes of each strategy's median restarts to 98%; on how many the tuner "
+              "needs fewer / more")
+        for strategy in STRATEGIES:
+            if not all(strategy in all_stats[n] for n in names):
+                continue
+            figures = [all_stats[n][strategy] for n in names]
+            if strategy == "random":  # over all of its trials, as in the ratios
+                figures = [f["as_baseline"] for f in figures]
+            limit = figures[0].get("trials", trials)
+            medians = [_median(f["restarts_to"]) for f in figures]
+            suite = _median(medians)
+            versus = "-"
+            if strategy != "tpe":
+                mine = [_median(all_stats[n]["tpe"]["restarts_to"]) for n in names]
+                versus = f"{sum(m < o for m, o in zip(mine, medians))} / {sum(m > o for m, o in zip(mine, medians))}"
+            print(f"      {LABELS[strategy]:<22} {f'>{limit}' if suite > limit else f'{suite:g}':>6} {versus:>9}")
 
 
 # -- main ----------------------------------------------------------------------------------------------------
