@@ -43,6 +43,12 @@ def test_quick_mode_on_generated_landscapes() -> None:
     overall = out.split("== Overall")[1]
     row = next(line for line in overall.splitlines() if line.strip().startswith("test"))
     assert row.split()[1] == "2"  # two landscapes in the test set
+    # Each strategy against the tuner on every landscape: fewer / more restarts on at most the two landscapes.
+    head_to_head = overall.split("median restarts to 98%; on how many the tuner needs fewer / more")[1]
+    for label in ("random", "random, valid only"):
+        line = next(line for line in head_to_head.splitlines() if line.strip().startswith(label + " "))
+        fewer, more = (int(n) for n in line.split()[-3::2])
+        assert fewer + more <= 2, line
     assert "gen-0000" not in out  # the training landscapes stay out of a test run
 
 
