@@ -15,6 +15,7 @@ import io
 import itertools
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -33,7 +34,7 @@ def _variants(node: ast.AST) -> list[str]:
     return []
 
 
-def _strings(package: Path, wanted) -> list[dict]:
+def _strings(package: Path, wanted: Callable[[str], str | None]) -> list[dict]:
     found = []
     for path in sorted(package.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8-sig"), filename=str(path))
