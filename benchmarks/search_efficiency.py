@@ -879,7 +879,7 @@ def verdict(stats: dict[str, dict[str, Any]], trials: int) -> Verdict | None:
         misses.append("crash/NaN")
     gpu_ratio = float("nan")
     rnd_gpu_h = _median(rnd["as_baseline"]["gpu_h_to"]) if rnd else float("inf")
-    if rnd and max(_median(tpe["gpu_h_to"]), rnd_gpu_h) < float("inf"):
+    if max(_median(tpe["gpu_h_to"]), rnd_gpu_h) < float("inf"):
         gpu_ratio = _median(tpe["gpu_h_to"]) / max(rnd_gpu_h, 1e-9)
     return Verdict(r_rand, r_best, best, within, tpe["crash_share"], tuple(misses), gpu_ratio)
 
@@ -964,6 +964,7 @@ def print_head_to_head(all_stats: dict[str, dict[str, dict[str, Any]]], trials: 
             continue
         print(f"   {group}: median over the landscapes of each strategy's median restarts to 98%; on how many the tuner "
               "needs fewer / more")
+        mine = [_median(all_stats[n]["tpe"]["restarts_to"]) for n in names]
         for strategy in STRATEGIES:
             if not all(strategy in all_stats[n] for n in names):
                 continue
@@ -975,7 +976,6 @@ def print_head_to_head(all_stats: dict[str, dict[str, dict[str, Any]]], trials: 
             suite = _median(medians)
             versus = "-"
             if strategy != "tpe":
-                mine = [_median(all_stats[n]["tpe"]["restarts_to"]) for n in names]
                 versus = f"{sum(m < o for m, o in zip(mine, medians))} / {sum(m > o for m, o in zip(mine, medians))}"
             print(f"      {LABELS[strategy]:<22} {f'>{limit}' if suite > limit else f'{suite:g}':>6} {versus:>9}")
 
