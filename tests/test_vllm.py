@@ -8,13 +8,19 @@ from __future__ import annotations
 
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 from optuna.trial import TrialState
 
 from conftest import REPO
+from tuner._launch import LaunchRequest, launch
+from tuner._procs import free_port
+from tuner._teardown import stop_server
+from tuner.engines import get_engine
 
 VENV_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
 MODEL = REPO / ".cache" / "tiny-llama"
@@ -84,3 +90,57 @@ def test_real_vllm_max_rate_under_slo(tuner):
     assert tuner.leftovers() == {}
     print(f"vLLM rate search: {t.value:.2f} req/s in {len(search['steps'])} rates, {search['seconds']:.0f} s; "
           f"ended: {search['stopped']}")
+
+
+@pytest.mark.timeout(600)
+def test_the_batch_limit_caps_the_running_requests(tmp_path):
+    """What the sampler's BatchLimit assumes of vLLM: a server started with max-num-seqs M, under C > M
+    concurrent requests, runs M of them at once and queues the rest (vLLM's own /metrics say so)."""
+    engine = get_engine("vllm")
+    limit, load = 2, 6
+    port = free_port("127.0.0.1")
+    flags = {engine.batch_limit_flag: limit, "enforce-eager": True, "load-format": "dummy", "max-model-len": 1024}
+    argv = engine.argv([str(VENV_PYTHON), "-m", "vllm.entrypoints.openai.api_server"], str(MODEL), "127.0.0.1",
+                       port, flags, None)
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+    server = launch(LaunchRequest(argv, env, tmp_path, "127.0.0.1", port))
+    try:
+        with httpx.Client(base_url=server.base_url, timeout=120) as client:
+            deadline = time.monotonic() + 300
+            while not _healthy(client):
+                assert server.popen.poll() is None, server.log_path.read_text()[-3000:]
+                assert time.monotonic() < deadline, "vLLM did not start in 300 s"
+                time.sleep(1)
+            body = {"model": str(MODEL), "prompt": "Once upon a time", "max_tokens": 200, "ignore_eos": True}
+            seen: list[tuple[float, float]] = []
+            with ThreadPoolExecutor(load) as pool:
+                answers = [pool.submit(client.post, "/v1/completions", json=body) for _ in range(load)]
+                while not all(a.done() for a in answers):
+                    gauges = _gauges(client.get("/metrics").text)
+                    seen.append((gauges["vllm:num_requests_running"], gauges["vllm:num_requests_waiting"]))
+                    time.sleep(0.05)
+            assert all(a.result().status_code == 200 for a in answers)
+    finally:
+        stop_server(server)
+    print(f"vLLM {engine.batch_limit_flag}={limit} under {load} concurrent requests: at most "
+          f"{max(r for r, _ in seen):g} running, {max(w for _, w in seen):g} waiting, {len(seen)} samples")
+    assert max(running for running, _ in seen) == limit, seen
+    assert max(waiting for _, waiting in seen) >= load - limit - 1, seen  # the rest wait their turn
+
+
+def _healthy(client: httpx.Client) -> bool:
+    try:
+        return client.get("/health").status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def _gauges(text: str) -> dict[str, float]:
+    """Prometheus text: each unlabelled-or-labelled sample's value, by name, summed over labels."""
+    gauges: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            name = name.split("{", 1)[0]
+            gauges[name] = gauges.get(name, 0.0) + float(value)
+    return gauges

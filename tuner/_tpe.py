@@ -275,7 +275,8 @@ class BatchLimit:
     time, probed with 256 concurrent ones, decodes batches of 16 while the rest wait, so its throughput is at
     most what it reaches at concurrency 16. Known before the restart, this is weighed like the chance to run
     (its log added to TPE's acquisition): without it, TPE learned that 16 is slow only from 16's own trials,
-    and a traced run on a generated landscape probed at 256 spent 9 of its 40 restarts on limits of 16 and 64."""
+    and a traced run on a generated landscape probed at 256 spent 9 of its 40 restarts on limits of 16 and 64.
+    tests/test_vllm.py checks the premise on vLLM's CPU server, from its own /metrics."""
 
     flag: str  # SGLang's max-running-requests, vLLM's max-num-seqs
     replica_flag: str | None
