@@ -1004,7 +1004,7 @@ def print_head_to_head(group: str, stats_by_name: Mapping[str, Mapping[str, Any]
         suite = _median(medians)
         versus, ratio = "-", "-"
         if strategy != "tpe":
-            ratio = f"{_median([m / o for m, o in zip(mine, medians)]):.2f}"
+            ratio = f"{_median(_ratios_to(stats_by_name, names, strategy)):.2f}"
             versus = f"{sum(m < o for m, o in zip(mine, medians))} / {sum(m > o for m, o in zip(mine, medians))}"
         hindsight = "-"
         if strategy != "random":
