@@ -863,9 +863,9 @@ def verdict(stats: dict[str, dict[str, Any]], trials: int) -> Verdict | None:
     tpe, rnd = stats.get("tpe"), stats.get("random")
     if tpe is None:
         return None
-    mine = _median(tpe["restarts_to"])
-    r_rand = mine / _median(rnd["as_baseline"]["restarts_to"]) if rnd else float("nan")
-    anchors = {a: _median(stats[a]["restarts_to"]) for a in ANCHORS if a in stats}
+    mine = _restarts(stats, "tpe")
+    r_rand = mine / _restarts(stats, "random") if rnd else float("nan")
+    anchors = {a: _restarts(stats, a) for a in ANCHORS if a in stats}
     best = min(anchors, key=anchors.get) if anchors else None
     r_best = mine / anchors[best] if best else float("nan")
     within = sum(1 for r in tpe["restarts_to"] if r <= min(WITHIN, trials)) / len(tpe["restarts_to"])
@@ -896,9 +896,8 @@ def print_summary(all_stats: dict[str, dict[str, dict[str, Any]]], trials: int) 
         if v is None:
             continue
         tpe, rnd = stats["tpe"], stats.get("random")
-        mine = _median(tpe["restarts_to"])
         r_rand = _versus_random(tpe, rnd, "restarts_to", trials) if rnd else "-"
-        r_best = (f"{_ratio(mine, _median(stats[v.best_anchor]['restarts_to']), trials)} ({v.best_anchor})"
+        r_best = (f"{_ratio(_restarts(stats, 'tpe'), _restarts(stats, v.best_anchor), trials)} ({v.best_anchor})"
                   if v.best_anchor else "-")
         text = "met" if not v.misses else "missed: " + ", ".join(v.misses)
         gpu = "-" if v.gpu_ratio != v.gpu_ratio else f"{v.gpu_ratio:.2f}"
