@@ -7,6 +7,7 @@ candidate that fails the gate in any of them is out.
 from __future__ import annotations
 
 import os
+import shlex
 import statistics
 import sys
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from ._results import CONFIRMATIONS_ATTR, CONFIRMED_ATTR, FIGURES, eligible, loa
 from ._space import ServerConfig
 from ._spec import parse_spec
 from ._trial import TrialContext, TrialPlan, run_trial
+from ._which_study import target_args
 from .engines import get_engine
 
 
@@ -110,5 +112,6 @@ def confirm(storage: str, study_name: str | None, top: int, repeats: int, workdi
         runs = ", ".join(f"{v:.1f}" for v in c.values) + (f" failed: {', '.join(c.failures)}" if c.failures else "")
         print(f"{c.number:>5}  {first[c.number]:>10.1f}  {c.median:>10.1f}  {c.spread:>6.1%}  {runs}", file=stream)
     print(f"winner: {winner(study).describe(metric)}", file=stream)
-    print("next: python -m tuner export (writes it with these medians), python -m tuner report", file=stream)
+    at = "".join(f" {shlex.quote(arg)}" for arg in target_args(storage, study))  # the study confirmed, not another
+    print(f"next: python -m tuner export{at} (writes it with these medians), python -m tuner report{at}", file=stream)
     return results

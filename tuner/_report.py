@@ -24,7 +24,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from ._errors import NoEligibleTrialError, StorageError, UsageError
+from ._errors import NoEligibleTrialError, UsageError
 from ._export import launch_argv
 from ._ratesearch import slo_text
 from ._results import CONFIRMED_ATTR, eligible, load_study, versus_baseline, winner
@@ -58,7 +58,6 @@ class Report:
 
 def report(storage: str, study_name: str | None, out: str | os.PathLike = "report") -> Path:
     """Write `out`/index.html and its PNG images; returns the path of index.html."""
-    _require_existing_storage(storage)
     study = load_study(storage, study_name)
     trials = [t for t in study.get_trials(deepcopy=False) if t.state in FINISHED]
     if not trials:
@@ -98,21 +97,6 @@ def report(storage: str, study_name: str | None, out: str | os.PathLike = "repor
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out / "index.html"
-
-
-def _require_existing_storage(url: str) -> None:
-    """Opening a SQLite URL creates the file; a report of a file that is not there is a typo, not a study."""
-    if not url.startswith("sqlite"):
-        return
-    try:
-        import sqlalchemy
-
-        database = sqlalchemy.engine.make_url(url).database
-    except Exception:
-        return  # open_storage names what is wrong with the URL
-    if database and database != ":memory:" and not database.startswith("file:") and not Path(database).exists():
-        raise StorageError(f"storage {url} does not exist (no file {database})",
-                           "run 'python -m tuner run' first or pass --storage with the study's database")
 
 
 def _pyplot():

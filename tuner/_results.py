@@ -9,7 +9,8 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from ._errors import NoEligibleTrialError, StorageError
-from ._study import open_storage
+from ._redact import redact_url
+from ._study import open_storage, stored_study_names
 
 CONFIRMED_ATTR = "confirmed_winner"
 CONFIRMATIONS_ATTR = "confirmations"
@@ -77,18 +78,18 @@ def winner(study: optuna.Study, number: int | None = None) -> Winner:
 
 
 def load_study(storage_url: str, study_name: str | None) -> optuna.Study:
-    storage = open_storage(storage_url, heartbeat=False)
-    names = [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
-    if not names:
-        raise StorageError(f"no study in {storage_url}", "run 'python -m tuner run' first or pass --storage")
+    """The study to read; a storage without one is refused before Optuna opens it (which would create the file
+    and its tables)."""
+    names = stored_study_names(storage_url)
+    shown = redact_url(storage_url)
     if study_name is None:
         if len(names) > 1:
-            raise StorageError(f"{storage_url} holds several studies ({', '.join(names)})", "pass --study NAME")
+            raise StorageError(f"{shown} holds several studies ({', '.join(names)})", "pass --study NAME")
         study_name = names[0]
     if study_name not in names:
-        raise StorageError(f"no study named {study_name!r} in {storage_url}",
+        raise StorageError(f"no study named {study_name!r} in {shown}",
                            f"pass --study with one of: {', '.join(names)}")
-    return optuna.load_study(study_name=study_name, storage=storage)
+    return optuna.load_study(study_name=study_name, storage=open_storage(storage_url, heartbeat=False))
 
 
 def eligible(study: optuna.Study) -> list[FrozenTrial]:
