@@ -139,11 +139,12 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _read(args: argparse.Namespace, target: Target) -> int:
-    """A command that reads a study. Export and show name the study and its winner on their first line, then the
-    notes on how it was chosen; the others, which take longer, say the notes first (on stderr)."""
+    """A command that reads a study. Export and show name the study and its winner on their first line; the notes
+    on how it was chosen follow (on stderr) once the command has done its work, so that a refusal stays one line.
+    Confirm and the dashboard, which run for long, say them first."""
     def notes() -> None:
         for note in target.notes:
-            print(note, file=sys.stderr)
+            print(note, file=sys.stderr, flush=True)
 
     if args.command == "export":
         from ._export import export
@@ -156,19 +157,20 @@ def _read(args: argparse.Namespace, target: Target) -> int:
         print(show(target.storage, target.study, args.sort, args.failed, args.wide), flush=True)
         notes()
         return 0
+    if args.command == "report":
+        from ._report import report
+
+        path = report(target.storage, target.study, args.out)
+        print(f"wrote {path}", file=sys.stderr)
+        notes()
+        return 0
     notes()
     if args.command == "confirm":
         from ._confirm import confirm
 
         confirm(target.storage, target.study, args.top, args.repeats, args.workdir)
         return 0
-    if args.command == "dashboard":
-        from ._dashboard import serve
+    from ._dashboard import serve
 
-        serve(target.storage, args.host, args.port, args.workdir)
-        return 0
-    from ._report import report
-
-    path = report(target.storage, target.study, args.out)
-    print(f"wrote {path}", file=sys.stderr)
+    serve(target.storage, args.host, args.port, args.workdir)
     return 0
