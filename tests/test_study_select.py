@@ -139,9 +139,20 @@ def test_several_studies_in_one_storage_the_last_run_decides(tuner):
     assert json.loads(done.stdout)["study"] == "other"
     assert done.stderr.splitlines()[1] == ("note: sqlite:///trials.db holds 2 studies; acting on 'other', where the "
                                            "last run in this folder went; --study picks another (faults)")
+    done = tuner.run("confirm", "--top", "1", "--repeats", "1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stderr.splitlines()[0].startswith("note: sqlite:///trials.db holds 2 studies; acting on 'other'")
+    assert done.stderr.splitlines()[-1] == ("next: python -m tuner export --study other (writes it with these "
+                                            "medians), python -m tuner report --study other")
     done = tuner.run("export", "--format", "json", "--study", "faults")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["study"] == "faults" and "note" not in done.stderr
+    # A run with another --workdir leaves its record where plain commands do not look (runs/ has an older run's):
+    # its next steps name even the default storage. (The study has its trial: this run only prints its summary.)
+    done = tuner.run("run", "--trials", "1", "--space", str(tuner.folder / "space.yaml"), *SIM, "--workdir", "w")
+    assert done.returncode == 0, done.stderr[-3000:]
+    where = ["--storage", "sqlite:///trials.db", "--study", "faults"]
+    assert [s[3:8] for s in _steps(done.stderr)[:3]] == [[command, *where] for command in ("confirm", "export", "report")]
 
 
 def _refused(done, expected: str) -> None:
@@ -154,7 +165,7 @@ def _refused(done, expected: str) -> None:
 def test_reading_a_folder_without_a_study_creates_nothing(tuner, command):
     done = tuner.run(command, timeout=60)
     assert sorted(p.name for p in tuner.folder.iterdir()) == ["search_spaces"]  # no trials.db, no runs/artifacts
-    _refused(done, "no study in sqlite:///trials.db: the file trials.db does not exist; run 'python -m tuner run' first")
+    _refused(done, "no study in sqlite:///trials.db: the file trials.db does not exist; run 'python -m tuner run'")
 
 
 def test_a_file_without_a_study_is_refused_and_left_as_it_was(tuner):

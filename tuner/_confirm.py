@@ -112,6 +112,6 @@ def confirm(storage: str, study_name: str | None, top: int, repeats: int, workdi
         runs = ", ".join(f"{v:.1f}" for v in c.values) + (f" failed: {', '.join(c.failures)}" if c.failures else "")
         print(f"{c.number:>5}  {first[c.number]:>10.1f}  {c.median:>10.1f}  {c.spread:>6.1%}  {runs}", file=stream)
     print(f"winner: {winner(study).describe(metric)}", file=stream)
-    at = "".join(f" {shlex.quote(arg)}" for arg in target_args(storage, study))  # the study confirmed, not another
+    at = "".join(f" {shlex.quote(arg)}" for arg in target_args(storage, study, workdir))  # this study, not another
     print(f"next: python -m tuner export{at} (writes it with these medians), python -m tuner report{at}", file=stream)
     return results

@@ -210,7 +210,7 @@ def run(options: RunOptions, stream=sys.stderr) -> optuna.Study:
                 raise KeyboardInterrupt from None
     shown = redact_url(options.storage)
     progress.say(summary(study, spec, dashboard=f"optuna-dashboard {shown} --artifact-dir {artifacts}",
-                         where=shlex.join(target_args(options.storage, study))))
+                         where=shlex.join(target_args(options.storage, study, options.workdir))))
     return study
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shlex
 from dataclasses import dataclass
+from pathlib import Path
 
 import optuna
 
@@ -52,7 +53,7 @@ def choose(command: str, storage: str | None, study: str | None,
         raise StorageError(f"{exc.problem}; it is where the last run in this folder went ({last.path})",
                            "pass --storage with the database to read") from None
     shown = redact_url(storage)
-    same = last is not None and last.storage == shown
+    same = last is not None and _same_storage(last.storage, shown)
     notes = []
     if study is None and same and last.study in names and len(names) > 1:
         study = last.study
@@ -76,17 +77,28 @@ def choose(command: str, storage: str | None, study: str | None,
     return Target(storage, study, tuple(notes))
 
 
-def target_args(storage: str, study: optuna.Study) -> list[str]:
+def target_args(storage: str, study: optuna.Study, workdir: str | os.PathLike = DEFAULT_WORKDIR) -> list[str]:
     """--storage and --study for a command printed as a next step: the storage and study this command used, less
-    what equals the default (the storage sqlite:///trials.db; a study alone in its storage). The password of a URL
-    is masked, as everywhere the tuner prints one."""
+    what equals the default (the storage sqlite:///trials.db; a study alone in its storage). A run with another
+    --workdir left its record where a plain command does not look, and runs/last-run.json may be an older run's:
+    then the storage is named even where it is the default. The password of a URL is masked, as everywhere the
+    tuner prints one."""
     args = []
     shown = redact_url(storage)
-    if shown != DEFAULT_STORAGE:
+    if shown != DEFAULT_STORAGE or Path(workdir) != Path(DEFAULT_WORKDIR):
         args += ["--storage", shown]
     if len(optuna.get_all_study_names(study._storage)) > 1:
         args += ["--study", study.study_name]
     return args
+
+
+def _same_storage(a: str, b: str) -> bool:
+    """Whether two URLs name one storage: SQLite files compared by their real path (sqlite:///trials.db and
+    sqlite:////home/me/trials.db from that folder are one)."""
+    if a == b:
+        return True
+    files = [u.split(":///", 1)[1] for u in (a, b) if u.startswith("sqlite:///")]
+    return len(files) == 2 and all(files) and os.path.realpath(files[0]) == os.path.realpath(files[1])
 
 
 def _last_run(workdir: str | os.PathLike, needed: bool) -> LastRun | None:
