@@ -168,7 +168,7 @@ def export(storage: str, study_name: str | None, out: str | None, fmt: str, numb
         print(f"{origin}: {described}; written to stdout", *notes, sep="\n", file=sys.stderr)
         _pareto_lines(study, number)
         if fmt != "cmd":  # the command line itself is what stdout gets
-            print(f"launch it with: {shlex.join(_launch_line(study, trial, fmt, script, 'FILE'))}"
+            print(f"launch it with: {_launch_line(study, trial, fmt, script, 'FILE')}"
                   + (" (FILE: where you saved this)" if fmt == "yaml" else ""), file=sys.stderr, flush=True)
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
         return None
@@ -180,21 +180,23 @@ def export(storage: str, study_name: str | None, out: str | None, fmt: str, numb
           file=sys.stderr)
     _pareto_lines(study, number)
     print("launch it with:", file=sys.stderr, flush=True)
-    print(shlex.join(_launch_line(study, trial, fmt, script, str(path))), flush=True)
+    print(_launch_line(study, trial, fmt, script, str(path)), flush=True)
     return path
 
 
 def _launch_line(study: optuna.Study, trial: optuna.trial.FrozenTrial, fmt: str, script: Path | None,
-                 config: str) -> list[str]:
+                 config: str) -> str:
     """The command that starts the exported server on the deployed address: the script where there is one, the
     --config file (with what it cannot carry, environment first), or for cmd and json the whole command line."""
     if script is not None:
-        return ["sh", str(script), *DEPLOY_ADDRESS]
+        return shlex.join(["sh", str(script), *DEPLOY_ADDRESS])
+    env = [f"{k}={shlex.quote(v)}" for k, v in sorted(_env(study, trial).items())]  # assignments, not quoted words
     if fmt == "yaml" and study.user_attrs.get("server_takes_config", True):
-        kept = flag_argv(_spelled(study, trial)[1])
-        env = [f"{k}={v}" for k, v in sorted(_env(study, trial).items())]
-        return [*env, *launch_command(study, _engine(study, trial)), "--config", config, *kept, *DEPLOY_ADDRESS]
-    return [*[f"{k}={v}" for k, v in sorted(_env(study, trial).items())], *launch_argv(study, trial), *DEPLOY_ADDRESS]
+        argv = [*launch_command(study, _engine(study, trial)), "--config", config,
+                *flag_argv(_spelled(study, trial)[1]), *DEPLOY_ADDRESS]
+    else:
+        argv = [*launch_argv(study, trial), *DEPLOY_ADDRESS]
+    return " ".join([*env, shlex.join(argv)])
 
 
 def _pareto_lines(study: optuna.Study, number: int | None) -> None:
