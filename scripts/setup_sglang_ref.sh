@@ -2,12 +2,13 @@
 # Create a CPU-only reference environment holding SGLang's own command-line code, for the simulator's
 # contract tests and for scripts/gen_sim_flags.py (no server runs from it: it has no GPU stack).
 #
-#   SGLANG_VERSION  0.5.23 (default) or 0.5.6
-#   SGLANG_VENV     where the environment goes (default: .venv-sglang for 0.5.23, .venv-sglang056 for
-#                   0.5.6, in the repository root)
+#   SGLANG_VERSION  0.5.23 (default), 0.5.17 (the lent GPU machine's: scripts/gpu_sglang.sh) or 0.5.6
+#   SGLANG_VENV     where the environment goes (default: .venv-sglang for 0.5.23, .venv-sglang0517 for
+#                   0.5.17, .venv-sglang056 for 0.5.6, in the repository root)
 #   PYTHON          the interpreter to build it from (default: python3.11, else python3)
 #
 #   bash scripts/setup_sglang_ref.sh                       # .venv-sglang     (0.5.23)
+#   SGLANG_VERSION=0.5.17 bash scripts/setup_sglang_ref.sh # .venv-sglang0517 (0.5.17)
 #   SGLANG_VERSION=0.5.6 bash scripts/setup_sglang_ref.sh  # .venv-sglang056  (0.5.6)
 #
 # Idempotent: an environment that already passes the checks below for the wanted version is left alone.
@@ -15,10 +16,10 @@
 # What it holds: `sglang==X --no-deps`, and only the packages that these import at module level:
 #   * `sglang.srt.server_args` (ServerArgs.add_cli_args, prepare_server_args), as `launch_server` builds it,
 #   * the `--config` merger (0.5.23: sglang/srt/utils/server_args_config_parser.py;
-#     0.5.6: sglang/srt/server_args_config_parser.py),
+#     0.5.17 and 0.5.6: sglang/srt/server_args_config_parser.py),
 #   * `python -m sglang.bench_serving --help`.
 # torch is the CPU build on this machine's disk (torch==2.13.0+cpu, /opt/wheels); SGLang pins another torch
-# (0.5.23: 2.14.1, 0.5.6: 2.9.1) but its parser and client do not care. triton is real (0.5.23's
+# (0.5.23: 2.14.1, 0.5.17: 2.11.0, 0.5.6: 2.9.1) but its parser and client do not care. triton is real (0.5.23's
 # sglang/srt/utils/common.py, imported by `import sglang`, does `import triton` at module level).
 #
 # The one shim: a torchvision stand-in. The registry's torchvision wheels are CUDA builds whose `_C.so`
@@ -45,8 +46,9 @@ log() { echo "setup_sglang_ref: $*" >&2; }
 
 case "$SGLANG_VERSION" in
     0.5.23) default_venv="$repo_root/.venv-sglang" ;;
+    0.5.17) default_venv="$repo_root/.venv-sglang0517" ;;
     0.5.6) default_venv="$repo_root/.venv-sglang056" ;;
-    *) die "SGLANG_VERSION=$SGLANG_VERSION is not supported (0.5.23 or 0.5.6)" ;;
+    *) die "SGLANG_VERSION=$SGLANG_VERSION is not supported (0.5.23, 0.5.17 or 0.5.6)" ;;
 esac
 venv="${SGLANG_VENV:-$default_venv}"
 case "$venv" in /*) ;; *) venv="$repo_root/$venv" ;; esac
@@ -59,7 +61,7 @@ want = sys.argv[1]
 from sglang.srt.server_args import ServerArgs, prepare_server_args  # noqa: F401
 parser = argparse.ArgumentParser()
 ServerArgs.add_cli_args(parser)
-importlib.import_module("sglang.srt.utils.server_args_config_parser" if want != "0.5.6"
+importlib.import_module("sglang.srt.utils.server_args_config_parser" if want == "0.5.23"
                         else "sglang.srt.server_args_config_parser")
 sys.argv = ["bench_serving", "--help"]
 with contextlib.redirect_stdout(io.StringIO()):
@@ -196,6 +198,107 @@ typing_extensions==4.16.0
 tzdata==2026.6
 urllib3==2.8.0
 wcwidth==0.9.4
+xxhash==4.1.0
+yarl==1.25.1
+PINS
+    ;;
+0.5.17)
+    # Where sglang 0.5.17 pins a version, that version (transformers 5.12.1 and the tokenizers it takes).
+    # openai, partial_json_parser and xgrammar: its server_args imports them through the function-call
+    # parsers and the grammar backend, einops through bench_serving (0.5.23 imports none of them there).
+    packages=(torch==2.13.0 triton numpy orjson psutil pybase64 requests packaging pillow starlette msgspec
+              pydantic pyzmq tqdm IPython aiohttp PyYAML transformers==5.12.1 tokenizers==0.22.2 datasets
+              apache-tvm-ffi==0.1.11 sentencepiece compressed-tensors gguf openai==2.6.1 partial_json_parser
+              xgrammar==0.2.1 einops)
+    cat > "$pins" <<'PINS'
+aiohappyeyeballs==2.7.1
+aiohttp==3.14.5
+aiosignal==1.4.0
+annotated-doc==0.0.7
+annotated-types==0.8.0
+anyio==4.16.0
+apache-tvm-ffi==0.1.11
+asttokens==3.0.2
+attrs==26.1.0
+certifi==2026.10.19.post1
+charset-normalizer==3.5.3
+click==8.5.1
+compressed-tensors==0.20.1
+datasets==5.2.0
+einops==0.8.2
+dill==0.4.1
+distro==1.9.0
+executing==2.3.0
+filelock==4.3.2
+frozenlist==1.8.0
+fsspec==2026.9.0
+gguf==0.19.0
+h11==0.16.0
+hf-xet==1.8.0
+httpcore==1.0.9
+httpx==0.29.0
+huggingface_hub==1.33.0
+idna==3.21
+ipython==9.19.1
+ipython_pygments_lexers==1.1.1
+jedi==0.20.1
+Jinja2==3.1.6
+jiter==0.19.0
+loguru==0.7.3
+markdown-it-py==4.3.0
+MarkupSafe==3.0.4
+matplotlib-inline==0.2.2
+mdurl==0.1.2
+mpmath==1.3.0
+msgspec==0.23.0
+multidict==7.2.1
+multiprocess==0.70.19
+networkx==3.6.1
+numpy==2.4.6
+openai==2.6.1
+orjson==3.13.0
+packaging==26.4
+pandas==3.1.1
+parso==0.8.7
+partial-json-parser==0.2.1.1.post7
+pexpect==4.9.0
+pillow==13.0.0
+prompt_toolkit==3.0.53
+propcache==0.5.4
+psutil==7.2.2
+ptyprocess==0.7.0
+pure_eval==0.2.4
+pyarrow==26.0.1
+pybase64==1.5.1
+pydantic==2.14.4
+pydantic_core==2.50.5
+Pygments==2.21.0
+python-dateutil==4.0.0
+PyYAML==6.0.4
+pyzmq==27.3.0
+regex==2026.12.2
+requests==2.34.2
+rich==15.0.0
+safetensors==0.8.0
+sentencepiece==0.2.3
+shellingham==1.5.4
+sniffio==1.3.1
+stack-data==0.6.3
+starlette==1.10.0
+sympy==1.14.0
+tokenizers==0.22.2
+torch==2.13.0+cpu
+tqdm==4.70.1
+traitlets==5.16.1
+transformers==5.12.1
+triton==3.9.0
+typer==0.29.2
+typing-inspection==0.4.5
+typing_extensions==4.16.0
+tzdata==2026.6
+urllib3==2.8.0
+wcwidth==0.9.5
+xgrammar==0.2.1
 xxhash==4.1.0
 yarl==1.25.1
 PINS

@@ -37,6 +37,9 @@ def trial_attrs(result: TrialResult, spec: Spec, extra: Mapping[str, Any] | None
         "overrides": result.overrides,
         "effective_args": _effective(result),
     }
+    startup = startup_breakdown(result)
+    if startup:
+        attrs["startup_breakdown"] = startup
     failure = result.failure
     attrs["failure_kind"] = failure.kind.value if failure else "none"
     if failure:
@@ -70,12 +73,33 @@ def trial_attrs(result: TrialResult, spec: Spec, extra: Mapping[str, Any] | None
     return attrs
 
 
+def startup_breakdown(result: TrialResult) -> dict[str, float]:
+    """Where the start-up went, from the server's own `startup_time` in /server_info (SGLang 0.5.17 and later
+    log the same figures as "Engine startup timings (s): ..."): weight load, KV cache allocation, CUDA graph
+    capture per phase, the rest of the engine's start (JIT of kernels built at start-up, memory profiling),
+    and what the tuner waited beyond the engine: the import of the server's modules and the warm-up
+    generation, where flashinfer and SGLang JIT-compile their kernels."""
+    timings = result.server_info.get("startup_time")
+    if not isinstance(timings, Mapping) or "scheduler_e2e" not in timings:
+        return {}
+    graphs = timings.get("cuda_graph") if isinstance(timings.get("cuda_graph"), Mapping) else {}
+    parts = {"weight_load": timings.get("load_weight") or 0.0,
+             "kv_cache_allocation": timings.get("kv_cache_allocation") or 0.0,
+             **{f"cuda_graph_{phase}": seconds for phase, seconds in graphs.items() if seconds}}
+    out = {k: round(float(v), 2) for k, v in parts.items()}
+    out["other_engine_init"] = round(max(0.0, float(timings["scheduler_e2e"]) - sum(parts.values())), 2)
+    waited = result.seconds.get("launch", 0.0) + result.seconds.get("readiness", 0.0)
+    engine = timings.get("tokenizer_e2e") or timings["scheduler_e2e"]
+    out["imports_and_warmup"] = round(max(0.0, waited - float(engine)), 2)
+    return out
+
+
 def _effective(result: TrialResult) -> dict[str, Any]:
     info = result.server_info
     keys = {flag.replace("-", "_") for flag in result.config.flags}
     keys |= {"mem_fraction_static", "max_total_num_tokens", "attention_backend", "cuda_graph_max_bs",
              "chunked_prefill_size", "max_running_requests", "tp_size", "dp_size", "page_size",
-             "cuda_graph_config", "attn_dp_size", "enable_dp_attention"}
+             "cuda_graph_config", "attn_dp_size", "enable_dp_attention", "memory_usage"}
     return redact_flags({k: info[k] for k in sorted(keys) if k in info})
 
 

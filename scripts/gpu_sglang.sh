@@ -1,0 +1,250 @@
+#!/usr/bin/env bash
+# Real SGLang 0.5.17 on the lent GPU machine: a tuner study spread over several device calls.
+#
+#   bash scripts/gpu_sglang.sh prepare          # here: the overlay and wheels into .whl/gpu-sglang (<= 58 MiB)
+#   then the device tool's run, as many calls as the study needs:
+#       run(command="bash scripts/gpu_sglang.sh run", carry=[".whl/gpu-sglang"], timeout_s=600)
+#   after each call, here:
+#       bash scripts/gpu_sglang.sh take /work/.device/<files_at>   # trials.db and the JIT caches, for the next call
+#
+# Why SGLang 0.5.17: it is the newest release whose torch (2.11.0) is the GPU image's (torch 2.11.0+cu130);
+# ../shared/notes/sglang-gpu.md has the table. The image lacks SGLang and what it needs; `prepare` carries it.
+#
+# prepare (here, with network): `pip download` of cp312 manylinux wheels (sglang 0.5.17, sglang-kernel 0.4.5,
+#   flashinfer-python 0.6.15.post1, transformers 5.12.1 + tokenizers 0.22.2 (SGLang 0.5.17 does not import with
+#   the image's transformers 5.17), xgrammar, torchao, fastapi 0.141.1 (0.142+ imports opentelemetry), ...),
+#   installed with --target into one folder, then trimmed of what the Llama/Qwen path with the triton and
+#   flashinfer backends never loads: sgl_kernel's FlashAttention-3 (flash_ops, 1.1 GB: --attention-backend fa3),
+#   FlashMLA, InfLLM and sm100 (Blackwell) kernels, xgrammar's static library, sglang's multimodal_gen
+#   (its diffusion CLI); debug info stripped. Packed as overlay.tar.xz (~45 MiB). Beside it: the tuner's own
+#   needs as wheels and the tuner itself, built from the committed HEAD (its commit in TUNER_COMMIT).
+#   Checks the size and that .whl is git-ignored. Downloads are cached in .cache/gpu-sglang.
+#
+# run (there; budget GPU_BUDGET_S, default 570 s of the call's 600):
+#   1. unpacks the overlay into /tmp/site (kept while the machine stays warm) and installs the wheels;
+#   2. restores the carried state: trials.db and the JIT caches (flashinfer, tvm-ffi, triton) of earlier calls;
+#   3. makes the model (scripts/make_gpu_model.py, GPU_MODEL preset, default llama3-8b) in /tmp/<preset>;
+#   4. `python3 -m tuner check`, then starts `python3 -m tuner run` in its own session (setsid), so that the
+#      study goes on between two calls while the machine is held; a call that finds it running only waits;
+#   5. near the budget's end: with GPU_FINISH=1 (or once the study has its GPU_TRIALS trials) the study is
+#      interrupted (the tuner stops the server and marks the trial) and `show`, `export`, `report` run;
+#   6. brings back under $OUT: trials.db (an SQLite backup, taken while the study runs), gpu_sglang.log,
+#      study.log, runs.tar.gz (per-trial server logs), jit.tar.gz (when it changed), results.txt.
+# Other settings: GPU_SPACE (default search_spaces/sglang-0.5.17-h100-llama3-8b.yaml), GPU_TRIALS (24).
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+carry_rel=".whl/gpu-sglang"
+carry="$repo/$carry_rel"
+cache="$repo/.cache/gpu-sglang"
+
+SGLANG_VERSION="0.5.17"
+# name==version, one version of each (two stop the install there). What the image already has (torch, triton,
+# numpy, safetensors, huggingface-hub 1.33, aiohttp, requests, uvloop, psutil, pillow, scipy, einops,
+# sentencepiece, tiktoken, prometheus-client, nvidia-ml-py, cuda-bindings, ...) is not carried.
+SGLANG_NEEDS=(
+    "sglang==$SGLANG_VERSION" sglang-kernel==0.4.5 flashinfer-python==0.6.15.post1 apache-tvm-ffi==0.1.11
+    transformers==5.12.1 tokenizers==0.22.2 xgrammar==0.2.1 torchao==0.17.0 torch_memory_saver==0.0.10
+    fastapi==0.141.1 starlette==0.49.3 uvicorn==0.55.0 pydantic==2.14.4 pydantic-core==2.50.5
+    annotated-types==0.8.0 annotated-doc==0.0.7 typing-inspection==0.4.5 python-multipart==0.0.34
+    orjson==3.13.0 pyzmq==27.3.0 pybase64==1.5.1 msgspec==0.23.0 setproctitle==1.3.8
+    openai==2.6.1 distro==1.9.0 jiter==0.19.0 sniffio==1.3.1
+    jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1
+    soundfile==0.13.1 cffi==2.1.1 pycparser==3.12 dill==0.4.1 compressed-tensors==0.20.1 loguru==0.7.3
+    gguf==0.19.0 partial_json_parser==0.2.1.1.post7 interegular==0.3.3 easydict==1.14
+)
+TUNER_NEEDS=(
+    optuna==5.0.0 optuna-dashboard==0.21.0 bottle==0.13.4 alembic==1.20.1 mako==1.4.3 colorlog==6.12.0
+    sqlalchemy==2.1.9 tenacity==9.2.1 httpx==0.28.1 httpcore==1.0.9 h11==0.16.0
+)
+MAX_CARRY_MIB=58
+
+die() { echo "gpu_sglang: error: $*" >&2; exit 1; }
+say() { echo "gpu_sglang: $*" >&2; }
+
+prepare() {
+    command -v xz >/dev/null || die "xz is missing (apt-get install xz-utils)"
+    git -C "$repo" check-ignore -q "$carry_rel" || die "$carry_rel is not git-ignored: it would travel twice"
+    local plat=(--only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_34_x86_64
+                --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_26_x86_64
+                --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
+                --platform manylinux_2_5_x86_64 --platform manylinux1_x86_64 --platform any)
+    local pip=(python3 -m pip --disable-pip-version-check)
+    mkdir -p "$cache/dl" "$carry/wheels" "$carry/state"
+    say "downloading SGLang $SGLANG_VERSION's wheel set into .cache/gpu-sglang/dl (sglang-kernel alone is 383 MB)"
+    "${pip[@]}" download -q --no-deps "${plat[@]}" -d "$cache/dl" "${SGLANG_NEEDS[@]}" || die "pip download failed"
+
+    local site="$cache/site"
+    rm -rf "$site"
+    local wheels=()
+    for spec in "${SGLANG_NEEDS[@]}"; do
+        local name="${spec%%==*}" version="${spec##*==}" norm f
+        norm="$(echo "$name" | tr 'A-Z-' 'a-z_')"
+        f="$(ls "$cache/dl" | grep -i "^${norm}-${version}-" | head -1)"
+        [ -n "$f" ] || die "no wheel of $spec in .cache/gpu-sglang/dl"
+        wheels+=("$cache/dl/$f")
+    done
+    "${pip[@]}" install -q --no-deps --no-compile --target "$site" "${plat[@]}" "${wheels[@]}" \
+        || die "pip install --target of the wheel set failed"
+    # What the triton/flashinfer path on Llama and Qwen never loads (see the header).
+    rm -f "$site"/sgl_kernel/flash_ops.abi3.so "$site"/sgl_kernel/flashmla_ops.abi3.so "$site"/sgl_kernel/infllm_ops*.so
+    rm -rf "$site/sgl_kernel/sm100" "$site/sglang/multimodal_gen" "$site/xgrammar/lib/libxgrammar.a"
+    [ -f "$site/sgl_kernel/sm90/common_ops.abi3.so" ] || die "sgl_kernel/sm90/common_ops.abi3.so missing: H100/H200 need it"
+    find "$site" -name '*.so*' -type f -exec strip --strip-debug {} + 2>/dev/null || true
+    find "$site" -name __pycache__ -prune -exec rm -rf {} +
+    say "overlay: $(du -sh "$site" | cut -f1) unpacked; packing with xz"
+    tar -C "$site" -cf - . | xz -6 -T0 >"$carry/overlay.tar.xz.tmp" && mv "$carry/overlay.tar.xz.tmp" "$carry/overlay.tar.xz"
+    echo "$SGLANG_VERSION" >"$carry/SGLANG_VERSION"
+
+    rm -f "$carry"/wheels/*.whl
+    "${pip[@]}" download -q --no-deps "${plat[@]}" -d "$carry/wheels" "${TUNER_NEEDS[@]}" || die "pip download of the tuner's needs failed"
+    local tmp
+    tmp="$(mktemp -d)"
+    git -C "$repo" archive --format=tar HEAD | tar -x -C "$tmp"
+    "${pip[@]}" wheel -q --no-deps -w "$carry/wheels" "$tmp" || die "could not build the tuner wheel"
+    rm -rf "$tmp"
+    git -C "$repo" rev-parse HEAD >"$carry/TUNER_COMMIT"
+    [ -z "$(git -C "$repo" status --porcelain -- tuner pyproject.toml scripts search_spaces)" ] \
+        || say "note: uncommitted changes here; the tuner wheel holds HEAD $(cut -c1-12 "$carry/TUNER_COMMIT") without them (scripts/ and search_spaces/ travel as they are)"
+    check_size
+    echo "run(command=\"bash scripts/gpu_sglang.sh run\", carry=[\"$carry_rel\"], timeout_s=600)"
+}
+
+check_size() {
+    local mib
+    mib="$(du -sm "$carry" | cut -f1)"
+    [ "$mib" -le "$MAX_CARRY_MIB" ] || die "$carry_rel is $mib MiB, over $MAX_CARRY_MIB: the call carries 64 MiB with the tree"
+    say "ok: $carry_rel is $mib MiB ($(du -sh "$carry/overlay.tar.xz" | cut -f1) overlay, $(ls "$carry"/wheels/*.whl | wc -l) wheels, state: $(ls "$carry/state" | tr '\n' ' '))"
+}
+
+# The files a call brought back, into the state the next call carries.
+take() {
+    local from="${1:-}"
+    [ -d "$from" ] || die "usage: bash scripts/gpu_sglang.sh take DIR   (the files_at folder of the last run)"
+    mkdir -p "$carry/state"
+    local f
+    for f in trials.db jit.tar.gz; do
+        [ -f "$from/$f" ] && cp "$from/$f" "$carry/state/$f" && say "took $f ($(du -h "$from/$f" | cut -f1))"
+    done
+    mkdir -p "$repo/.cache/gpu-sglang/calls"
+    local keep="$repo/.cache/gpu-sglang/calls/$(date -u +%Y%m%dT%H%M%S)"
+    cp -r "$from" "$keep" && say "kept everything in ${keep#$repo/}"
+    check_size
+}
+
+run_there() {
+    local t0=$SECONDS budget="${GPU_BUDGET_S:-570}"
+    local out="${OUT:-/tmp/gpu-out}" work=/tmp/gpu-study site=/tmp/site
+    local preset="${GPU_MODEL:-llama3-8b}" trials="${GPU_TRIALS:-24}"
+    local space="$repo/${GPU_SPACE:-search_spaces/sglang-0.5.17-h100-llama3-8b.yaml}"
+    mkdir -p "$out" "$work"
+    exec > >(tee -a "$out/gpu_sglang.log") 2>&1
+    export PYTHONUNBUFFERED=1
+    date -u
+    nvidia-smi --query-gpu=name,memory.used,memory.total,driver_version --format=csv || true
+    say "tuner $(cut -c1-12 "$carry/TUNER_COMMIT" 2>/dev/null), space ${space#$repo/}, model $preset, $trials trials"
+
+    # 1. The overlay, once per machine.
+    if [ "$(cat "$site/.overlay" 2>/dev/null)" != "$(cat "$carry/SGLANG_VERSION")" ]; then
+        rm -rf "$site" && mkdir -p "$site"
+        xz -dc "$carry/overlay.tar.xz" | tar -C "$site" -x || die "could not unpack the overlay"
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" \
+            "$carry"/wheels/*.whl || die "pip install of the carried wheels failed"
+        cp "$carry/SGLANG_VERSION" "$site/.overlay"
+        # Byte-compiled in the background while the model is made: the first import otherwise takes ~60 s.
+        (python3 -m compileall -q -j 8 "$site" >/dev/null 2>&1 &)
+        say "overlay unpacked into $site ($(du -sh "$site" | cut -f1)) at $(( SECONDS - t0 )) s"
+    fi
+    export PYTHONPATH="$site"
+
+    # 2. The state of earlier calls (not over a study that is running here now).
+    local pidfile="$work/study.pid" running=""
+    if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then running=1; fi
+    if [ -z "$running" ] && [ -f "$carry/state/trials.db" ]; then
+        cp "$carry/state/trials.db" "$work/trials.db" && say "restored trials.db of the last call"
+    fi
+    if [ ! -f "$HOME/.cache/gpu-sglang-jit" ] && [ -f "$carry/state/jit.tar.gz" ]; then
+        tar -C "$HOME" -xzf "$carry/state/jit.tar.gz" && touch "$HOME/.cache/gpu-sglang-jit" && say "restored the JIT caches"
+    fi
+
+    # 3. The model.
+    local model="/tmp/$preset"
+    python3 "$repo/scripts/make_gpu_model.py" "$preset" "$model" || die "could not make the model"
+    cd "$work"
+    python3 - <<'PY' || true
+import importlib.metadata as md
+for name in ("sglang", "sglang-kernel", "flashinfer-python", "transformers", "tokenizers", "torch", "triton",
+             "optuna", "tuner"):
+    try:
+        print(f"  {name} {md.version(name)}")
+    except md.PackageNotFoundError:
+        print(f"  {name} -")
+PY
+
+    # 4. The study, in its own session so that it outlives this call while the machine is held.
+    if [ -z "$running" ]; then
+        timeout -k 10 180 python3 -m tuner check --space "$space" --model "$model" || die "check failed (above)"
+        setsid nohup python3 -m tuner run --trials "$trials" --space "$space" --model "$model" --gpus 0 --seed 0 \
+            --storage "sqlite:///$work/trials.db" --workdir "$work/runs" >>"$work/study.log" 2>&1 </dev/null &
+        echo $! >"$pidfile"
+        say "study started (pid $(cat "$pidfile")) at $(( SECONDS - t0 )) s"
+    else
+        say "study already running (pid $(cat "$pidfile")): waiting on it"
+    fi
+    local pid shown=0
+    pid="$(cat "$pidfile")"
+    local finish_at=$(( budget - ${GPU_REPORT_S:-90} ))
+    while kill -0 "$pid" 2>/dev/null && [ $(( SECONDS - t0 )) -lt "$finish_at" ]; do
+        sleep 5
+        local n
+        n="$(wc -l <"$work/study.log")"
+        [ "$n" -gt "$shown" ] && sed -n "$(( shown + 1 )),${n}p" "$work/study.log" && shown=$n
+    done
+
+    # 5. Stop the study where asked, or where it ended, and report.
+    if [ -n "${GPU_FINISH:-}" ] && kill -0 "$pid" 2>/dev/null; then
+        say "GPU_FINISH: interrupting the study"
+        kill -INT "$pid" 2>/dev/null || true
+        local w=0
+        while kill -0 "$pid" 2>/dev/null && [ "$w" -lt 60 ]; do sleep 1; w=$(( w + 1 )); done
+    fi
+    sed -n "$(( shown + 1 )),\$p" "$work/study.log"
+    python3 - "$work/trials.db" "$out/trials.db" <<'PY' || true
+import sqlite3, sys
+src, dst = sqlite3.connect(sys.argv[1], timeout=30), sqlite3.connect(sys.argv[2])
+src.backup(dst)
+dst.close(); src.close()
+PY
+    local storage="sqlite:///$out/trials.db"
+    {
+        python3 -m tuner show --storage "$storage" 2>&1 || true
+        if ! kill -0 "$pid" 2>/dev/null; then
+            python3 -m tuner export --storage "$storage" --out "$out/best.yaml" 2>&1 || true
+            python3 -m tuner report --storage "$storage" --out "$work/report" 2>&1 || true
+        fi
+        python3 "$repo/scripts/gpu_trials.py" "$out/trials.db" 2>&1 || true
+    } >"$out/results.txt"
+    cat "$out/results.txt"
+    cp "$work/study.log" "$out/" 2>/dev/null || true
+    tar -czf "$out/runs.tar.gz" -C "$work" runs $( [ -d "$work/report" ] && echo report ) 2>/dev/null || true
+    # The JIT caches, when they grew: a later call on a fresh machine skips nvcc with them.
+    local jit=()
+    for d in .cache/flashinfer .cache/tvm-ffi .triton/cache .cache/sglang; do [ -d "$HOME/$d" ] && jit+=("$d"); done
+    if [ "${#jit[@]}" -gt 0 ]; then
+        tar -czf /tmp/jit.tar.gz -C "$HOME" "${jit[@]}" 2>/dev/null || true
+        local mib
+        mib="$(du -sm /tmp/jit.tar.gz | cut -f1)"
+        if [ "$mib" -le 12 ]; then cp /tmp/jit.tar.gz "$out/"; else say "JIT caches are $mib MiB: not brought back"; fi
+        du -sh "${jit[@]/#/$HOME/}" 2>/dev/null || true
+    fi
+    nvidia-smi --query-gpu=memory.used --format=csv || true
+    ls -la "$out"
+    say "$(( SECONDS - t0 )) s; study $(kill -0 "$pid" 2>/dev/null && echo "still running (pid $pid)" || echo ended)"
+}
+
+case "${1:-}" in
+    prepare) prepare ;;
+    take) take "${2:-}" ;;
+    run) run_there ;;
+    *) echo "usage: bash scripts/gpu_sglang.sh prepare|run|take DIR   (see the header)" >&2; exit 2 ;;
+esac
