@@ -156,6 +156,26 @@ run_there() {
         say "overlay unpacked into $site ($(du -sh "$site" | cut -f1)) at $(( SECONDS - t0 )) s"
     fi
     export PYTHONPATH="$site"
+    # sglang/utils.py imports IPython.display (HTML, display) at module level for its notebook helpers, and
+    # launch_server reaches it; the image has no IPython. An import-only stand-in, as scripts/setup_sglang_ref.sh
+    # does for torchvision: HTML keeps its text, display prints it.
+    if ! python3 -c 'import IPython.display' 2>/dev/null; then
+        mkdir -p "$site/IPython"
+        echo '"""Import-only IPython stand-in of scripts/gpu_sglang.sh (not IPython)."""' >"$site/IPython/__init__.py"
+        cat >"$site/IPython/display.py" <<'PY'
+"""IPython.display stand-in (scripts/gpu_sglang.sh): SGLang's notebook helpers only."""
+
+
+class HTML:
+    def __init__(self, data=None, *args, **kwargs):
+        self.data = data
+
+
+def display(*objs, **kwargs):
+    for obj in objs:
+        print(getattr(obj, "data", obj))
+PY
+    fi
 
     # 2. The state of earlier calls (not over a study that is running here now).
     local pidfile="$work/study.pid" running=""
