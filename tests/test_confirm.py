@@ -13,6 +13,7 @@ import json
 import statistics
 from pathlib import Path
 
+import pytest
 import yaml
 
 from conftest import instant_space
@@ -106,3 +107,21 @@ def test_confirm_reranks_a_lucky_first_measurement_and_export_prefers_the_confir
     assert "nothing to run: --trials is the total the study should have, and it has 3; to add 20 more, run " \
            "the same command with --trials 23" in again.stderr
     assert "python -m tuner confirm" not in again.stderr.split("winner: ", 1)[1]  # done already
+
+
+def test_bootstrap_is_sure_of_separated_runs_and_not_of_overlapping_ones():
+    from tuner._certainty import SURE, compare
+
+    # Every run of the winner above every run of the other: no resample reverses them.
+    apart = compare([1010.0, 1020.0, 1030.0], [990.0, 995.0, 1000.0])
+    assert apart.p_better == 1.0 and not apart.within_noise
+    assert apart.lead == pytest.approx(25 / 995) and 0 < apart.low <= apart.lead <= apart.high
+    # The pair: 1.2% apart, with a winner whose own runs spread 7.7%.
+    close = compare([1900.0, 1973.9, 2052.0], [1930.0, 1950.3, 1990.0])
+    assert 0.5 < close.p_better < SURE and close.within_noise
+    assert close.low < 0 < close.lead < close.high
+    # Seeded: the same runs give the same verdict every time.
+    assert compare([1900.0, 1973.9, 2052.0], [1930.0, 1950.3, 1990.0]) == close
+    # Lower is better (a latency objective): the same runs read the other way round.
+    latency = compare([990.0, 995.0, 1000.0], [1010.0, 1020.0, 1030.0], maximize=False)
+    assert latency.p_better == 1.0 and latency.lead == pytest.approx(25 / 1020)
