@@ -9,8 +9,10 @@ profile's 2 % per-start noise, the medians of three fresh starts put the baselin
 
 from __future__ import annotations
 
+import html
 import json
 import statistics
+import sys
 from pathlib import Path
 
 import pytest
@@ -78,6 +80,10 @@ def test_confirm_reranks_a_lucky_first_measurement_and_export_prefers_the_confir
     described = (f"trial {winner}, confirmed: median output_throughput {figures['median']:,.1f} over 3 fresh servers "
                  f"(spread {(max(figures['values']) - min(figures['values'])) / figures['median']:.1%})")
     assert f"winner: {described}" in done.stderr
+    # Every run of the winner beat every run of the others: sure of it, no tie to report on any screen below.
+    runner_up = sorted(confirmations, key=lambda n: confirmations[n]["median"])[-2]
+    assert f"  vs trial {runner_up} (median " in done.stderr and f"P(trial {winner} better) 1.00" in done.stderr
+    assert confirmations[runner_up]["versus_winner"]["p_better"] == 1.0
     # Nine fresh servers, each in its own folder, none left running.
     assert len(list((tuner.folder / "runs" / "lucky").glob("confirm-*-*"))) == 9
     assert tuner.leftovers() == {}
@@ -87,6 +93,7 @@ def test_confirm_reranks_a_lucky_first_measurement_and_export_prefers_the_confir
     done = tuner.run("export", "--out", "best.yaml")
     assert done.returncode == 0, done.stderr
     assert f"wrote best.yaml: {described}" in done.stderr
+    screens = [done.stderr]
     text = (tuner.folder / "best.yaml").read_text()
     assert text.startswith(f"# Best configuration of study 'lucky': {described}")
     assert f"# medians at concurrency 8: output_throughput {figures['median']:.1f}, " in text
@@ -98,6 +105,7 @@ def test_confirm_reranks_a_lucky_first_measurement_and_export_prefers_the_confir
     assert record["figures"]["output_throughput"] == figures["median"]
     show = tuner.run("show", env={"COLUMNS": "200"}).stdout
     assert f"winner: {described}" in show
+    screens += [text, show]
     report = tuner.run("report")
     assert report.returncode == 0, report.stderr
     assert f"Winner: {described}" in (tuner.folder / "report" / "index.html").read_text()
@@ -107,6 +115,8 @@ def test_confirm_reranks_a_lucky_first_measurement_and_export_prefers_the_confir
     assert "nothing to run: --trials is the total the study should have, and it has 3; to add 20 more, run " \
            "the same command with --trials 23" in again.stderr
     assert "python -m tuner confirm" not in again.stderr.split("winner: ", 1)[1]  # done already
+    screens += [again.stderr, (tuner.folder / "report" / "index.html").read_text()]
+    assert not [screen for screen in screens if "within the noise" in screen]
 
 
 def test_bootstrap_is_sure_of_separated_runs_and_not_of_overlapping_ones():
@@ -125,3 +135,71 @@ def test_bootstrap_is_sure_of_separated_runs_and_not_of_overlapping_ones():
     # Lower is better (a latency objective): the same runs read the other way round.
     latency = compare([990.0, 995.0, 1000.0], [1010.0, 1020.0, 1030.0], maximize=False)
     assert latency.p_better == 1.0 and latency.lead == pytest.approx(25 / 1020)
+
+
+# The simulator draws its per-start noise at random (or, seeded, the same for every start of a configuration), so
+# whether two equally fast configurations' runs overlap would be luck. This launcher makes it certain: it starts
+# the real simulator with a profile chosen by the repeat its folder names (confirm-<trial>-<repeat>), each repeat
+# 8% faster or slower for both configurations alike; the trials of `run` get the middle one.
+LAUNCHER = """\
+import os, re, sys
+from pathlib import Path
+
+repeat = re.fullmatch(r"confirm-\\d+-(\\d+)", Path.cwd().name)
+os.environ["TUNER_SIM_PROFILE"] = str(Path(__file__).parent / f"even-{repeat.group(1) if repeat else 2}.yaml")
+os.execv(sys.executable, [sys.executable, "-m", "tuner.sim", *sys.argv[1:]])
+"""
+REPEAT_SPEED = (1.08, 0.92, 1.0)
+
+
+def test_confirm_reports_two_near_identical_configurations_as_a_tie_on_every_screen(tuner):
+    (tuner.folder / "launch.py").write_text(LAUNCHER)
+    for repeat, speed in enumerate(REPEAT_SPEED):
+        _profile(tuner.folder / f"even-{repeat}.yaml", triton_speed=0.6)
+        p = yaml.safe_load((tuner.folder / f"even-{repeat}.yaml").read_text())
+        p["noise"]["relative"] = 0.0  # only the repeat's speed varies
+        p["performance"]["attention_backends"].update({"fa3": speed, "flashinfer": 1.01 * speed})
+        (tuner.folder / f"even-{repeat}.yaml").write_text(yaml.safe_dump(p))
+    (tuner.folder / "model").mkdir()
+    space = tuner.space(LUCKY_SPACE.replace("name: lucky", "name: even").replace(
+        "model-path: /models/lucky", f"model-path: {tuner.folder / 'model'}\n"
+        f"  command: [{sys.executable}, {tuner.folder / 'launch.py'}]") + "try-first: [{attention-backend: flashinfer}]\n")
+    run = ("run", "--space", str(space))
+    done = tuner.run(*run, "--trials", "2", env=REAL_TIME)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    done = tuner.run("confirm", "--top", "2", "--repeats", "3", env=REAL_TIME)
+    assert done.returncode == 0, done.stderr[-3000:]
+    # Progress over the whole confirm: server i of 6, the time so far, an estimate of the time left until the last.
+    progress = [line for line in done.stderr.splitlines() if line.startswith("[")]
+    assert [line[:5] for line in progress] == [f"[{i}/6]" for i in range(1, 7)], done.stderr
+    assert all(" elapsed, ~" in line and line.endswith(" left") for line in progress[:-1]), progress
+    assert progress[-1].endswith(" elapsed") and "left" not in progress[-1]
+
+    study = tuner.study("even")
+    winner = study.user_attrs["confirmed_winner"]
+    other = 1 - winner
+    versus = study.user_attrs["confirmations"][str(other)]["versus_winner"]
+    assert versus["p_better"] < 0.9 and versus["low"] < 0 < versus["high"], versus
+    assert "versus_winner" not in study.user_attrs["confirmations"][str(winner)]
+    tie = f"within the noise: trial {winner} is not reliably better than trial {other} (P < 0.9)"
+    command = "python -m tuner confirm --top 2 --repeats 6"
+    vs = f"vs trial {other} (median "
+    assert tie in done.stderr and f"  {command}\n" in done.stderr and vs in done.stderr
+
+    # Every screen that names the winner says so, with the command carrying the flags the user passed.
+    show = tuner.run("show", "--study", "even", env={"COLUMNS": "200"}).stdout
+    assert tie in show and f"{command} --study even\n" in show and vs in show
+    storage = f"sqlite:///{tuner.folder / 'trials.db'}"
+    done = tuner.run("export", "--out", "best.yaml", "--storage", storage)
+    assert tie in done.stderr and f"{command} --storage {storage}\n" in done.stderr
+    header = (tuner.folder / "best.yaml").read_text().split("\n# medians at concurrency", 1)[0]
+    assert f"#   {tie}" in header and f"#     {command} --storage {storage}" in header
+    rivals = json.loads(tuner.run("export", "--format", "json").stdout)["confirm_rivals"]
+    assert [(r["number"], r["within_noise"]) for r in rivals] == [(other, True)]
+    assert tuner.run("report").returncode == 0
+    page = (tuner.folder / "report" / "index.html").read_text()
+    assert html.escape(tie) in page and f"<code>{command}</code>" in page
+    again = tuner.run(*run, "--trials", "2", env=REAL_TIME)  # the run's last screen: its study named
+    assert again.returncode == 0, again.stderr
+    assert tie in again.stderr and f"{command} --study even\n" in again.stderr

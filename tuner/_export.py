@@ -16,7 +16,7 @@ import yaml
 
 from ._ratesearch import slo_text
 from ._redact import redact_argv, redact_env
-from ._results import Winner, load_study, objective_metric, pareto_front, winner
+from ._results import Winner, certainty_lines, load_study, objective_metric, pareto_front, winner
 from .engines import flag_argv, get_engine
 
 
@@ -70,7 +70,7 @@ DEPLOY_ADDRESS = ["--host", "0.0.0.0", "--port", "30000"]
 
 
 def render(study: optuna.Study, best: Winner, fmt: str, script: str | None = None,
-           config_name: str = "best.yaml") -> str:
+           config_name: str = "best.yaml", certainty: list[str] | None = None) -> str:
     trial = best.trial
     attrs = trial.user_attrs
     engine = _engine(study, trial)
@@ -79,7 +79,9 @@ def render(study: optuna.Study, best: Winner, fmt: str, script: str | None = Non
     if fmt == "json":
         record = {"study": study.study_name, "number": trial.number, "state": trial.state.name,
                   "values": trial.values, "params": trial.params, "user_attrs": attrs,
-                  "confirmed": best.confirmed, "figures": best.figures, "confirm_runs": list(best.runs)}
+                  "confirmed": best.confirmed, "figures": best.figures, "confirm_runs": list(best.runs),
+                  "confirm_rivals": [{"number": r.number, "median": r.median, "runs": r.runs, **r.versus.to_attr(),
+                                      "within_noise": r.versus.within_noise} for r in best.rivals]}
         return json.dumps(record, indent=2, default=str) + "\n"
     if fmt == "cmd":
         return " ".join([f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())]
@@ -87,7 +89,7 @@ def render(study: optuna.Study, best: Winner, fmt: str, script: str | None = Non
     in_file, launch_line = _spelled(study, trial)
     body = yaml.safe_dump(engine.config_file(in_file, model), sort_keys=False, default_flow_style=False)
     return _header(study, best, env, launch_command(study, engine), flag_argv(launch_line), script,
-                   config_name) + body
+                   config_name, certainty or []) + body
 
 
 def render_script(study: optuna.Study, trial: optuna.trial.FrozenTrial, config: Path) -> str:
@@ -109,12 +111,13 @@ def render_script(study: optuna.Study, trial: optuna.trial.FrozenTrial, config: 
 
 
 def _header(study: optuna.Study, best: Winner, env: dict[str, str], command: list[str],
-            launch_argv: list[str], script: str | None, config_name: str) -> str:
+            launch_argv: list[str], script: str | None, config_name: str, certainty: list[str]) -> str:
     a = best.trial.user_attrs
     metric = objective_metric(study)
     metrics = ", ".join(f"{k} {v:.1f}" for k, v in best.figures.items())
     lines = [
         f"Best configuration of study '{study.study_name}': {best.describe(metric)}",
+        *(f"  {line}" for line in certainty),
         f"{'medians' if best.confirmed else 'metrics'} at concurrency {a.get('concurrency', '?')}: {metrics}",
         *_rate_lines(a.get("rate_search")),
         f"correctness gate passed: {', '.join(a.get('gate_checks', [])) or 'none run'}; re-checked after load",
@@ -161,7 +164,8 @@ def export(storage: str, study_name: str | None, out: str | None, fmt: str, numb
             print(f"  trial {t.number}: {', '.join(f'{v:.1f}' for v in t.values)}", file=sys.stderr)
     path = None if out == "-" or (out is None and fmt != "yaml") else Path(out or "best.yaml")
     script = path.with_suffix(".sh") if path is not None and fmt == "yaml" and needs_script(study, trial) else None
-    text = render(study, best, fmt, script.name if script else None, path.name if path else "best.yaml")
+    certainty = certainty_lines(study, best, storage, study_name)
+    text = render(study, best, fmt, script.name if script else None, path.name if path else "best.yaml", certainty)
     if path is None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
         return None
@@ -173,8 +177,8 @@ def export(storage: str, study_name: str | None, out: str | None, fmt: str, numb
         written, launch = f"{path} and {script}", ["sh", str(script)]
     else:
         written, launch = str(path), [*launch_command(study, _engine(study, trial)), "--config", str(path)]
-    print(f"wrote {written}: {best.describe(metric)}\nlaunch it with: {shlex.join([*launch, *DEPLOY_ADDRESS])}",
-          file=sys.stderr)
+    print(f"wrote {written}: {best.describe(metric)}", *(f"  {line}" for line in certainty),
+          f"launch it with: {shlex.join([*launch, *DEPLOY_ADDRESS])}", sep="\n", file=sys.stderr)
     return path
 
 

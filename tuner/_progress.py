@@ -107,10 +107,12 @@ def duration(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
-def summary(study: optuna.Study, spec: Spec, top: int = 5, dashboard: str | None = None) -> str:
-    """The run's last screen: what happened, the winner (as export and show name it), what to do next."""
+def summary(study: optuna.Study, spec: Spec, top: int = 5, dashboard: str | None = None,
+            storage: str | None = None) -> str:
+    """The run's last screen: what happened, the winner (as export and show name it), what to do next.
+    `storage`: the run's --storage, for a suggested confirm command."""
     from ._errors import NoEligibleTrialError
-    from ._results import versus_baseline, winner
+    from ._results import DEFAULT_STORAGE, certainty_lines, versus_baseline, winner
 
     trials = study.get_trials(deepcopy=False)
     metric = spec.objective.metric
@@ -130,6 +132,8 @@ def summary(study: optuna.Study, spec: Spec, top: int = 5, dashboard: str | None
         return "\n".join(lines + ["no trial qualified: nothing to export; widen the space or look at "
                                   "'python -m tuner show --failed'"])
     lines.append(f"winner: {best.describe(metric)}")
+    # The run's study is the space's, not necessarily the storage's only one: a suggested command names it.
+    lines += [f"  {line}" for line in certainty_lines(study, best, storage or DEFAULT_STORAGE, study.study_name)]
     gain = versus_baseline(study, best, metric)
     if gain:
         lines.append(f"  {gain}")

@@ -27,7 +27,8 @@ from optuna.trial import FrozenTrial, TrialState
 from ._errors import NoEligibleTrialError, StorageError, UsageError
 from ._export import launch_argv
 from ._ratesearch import slo_text
-from ._results import CONFIRMED_ATTR, eligible, load_study, versus_baseline, winner
+from ._results import (CONFIRMED_ATTR, DEFAULT_STORAGE, certainty_lines, eligible, load_study, versus_baseline,
+                       winner)
 from ._show import failure_breakdown
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
@@ -52,6 +53,8 @@ class Report:
     study: optuna.Study
     trials: list[FrozenTrial]
     charts: list[Chart] = field(default_factory=list)
+    storage: str = DEFAULT_STORAGE  # as the user passed them: a suggested command carries them
+    study_name: str | None = None
 
 
 # -- entry point --------------------------------------------------------------------------------------------
@@ -73,7 +76,7 @@ def report(storage: str, study_name: str | None, out: str | os.PathLike = "repor
         raise UsageError(f"cannot write the report into {out}: {exc.strerror or exc}",
                          "pass --out with a folder you can write") from exc
     try:
-        rep = Report(study, trials)
+        rep = Report(study, trials, storage=storage, study_name=study_name)
         rep.charts = [
             _history(plt, rep, tmp),
             _pareto(plt, rep, tmp),
@@ -485,7 +488,7 @@ def _html(rep: Report) -> str:
         "by <code>python -m tuner report</code></td></tr>",
         "</table>",
     ]
-    parts += _winner_html(study)
+    parts += _winner_html(rep)
     parts.append("<h2>Charts</h2>")
     for chart in rep.charts:
         parts.append(f'<h3 id="{chart.name}">{e(chart.title)}</h3>')
@@ -500,8 +503,8 @@ def _html(rep: Report) -> str:
     return "\n".join(parts) + "\n"
 
 
-def _winner_html(study: optuna.Study) -> list[str]:
-    e = html.escape
+def _winner_html(rep: Report) -> list[str]:
+    study, e = rep.study, html.escape
     try:
         best = winner(study)
     except NoEligibleTrialError:
@@ -514,6 +517,9 @@ def _winner_html(study: optuna.Study) -> list[str]:
     gain = versus_baseline(study, best, metric)
     out = ["<h2>Best configuration</h2>",
            f'<p class="ok">Winner: {e(best.describe(metric))}</p>',
+           *(f"<p><code>{e(line.strip())}</code></p>" if line.startswith("  ") else
+             f'<p class="{"bad" if line.startswith("within the noise") else "note"}">{e(line)}</p>'
+             for line in certainty_lines(study, best, rep.storage, rep.study_name)),
            f"<p>{'Medians' if best.confirmed else 'Metrics'}: {e(metrics)}" + (f"; {e(gain)}" if gain else "")
            + "</p>",
            f"<p>Launched as: <code>{e(shlex.join(launch_argv(study, best.trial)))}</code></p>",

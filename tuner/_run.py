@@ -204,7 +204,8 @@ def run(options: RunOptions, stream=sys.stderr) -> optuna.Study:
                 progress.say("interrupted: the server was stopped and the trial marked; "
                              "run the same command again to resume")
                 raise KeyboardInterrupt from None
-    progress.say(summary(study, spec, dashboard=f"optuna-dashboard {options.storage} --artifact-dir {artifacts}"))
+    progress.say(summary(study, spec, dashboard=f"optuna-dashboard {options.storage} --artifact-dir {artifacts}",
+                         storage=options.storage))
     return study
 
 
