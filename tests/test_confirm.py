@@ -29,18 +29,19 @@ LUCKY_SPACE = instant_space("lucky", model="/models/lucky", stall_timeout=5, pro
 REAL_TIME = {"TUNER_SIM_TIME_SCALE": "1"}
 
 
-def _profile(path: Path, triton_speed: float) -> None:
+def _profile(path: Path, triton_speed: float, noise: float = 0.02, speeds: dict[str, float] | None = None) -> None:
     """Llama 8B on one H200 made attention-bound (small weights, large KV), so that the backend decides speed."""
     import tuner.sim
 
     p = yaml.safe_load((Path(tuner.sim.__file__).parent / "profiles" / "llama3-8b-h200.yaml").read_text())
     p["name"] = "lucky"
     p["startup"] = {k: 0 for k in p["startup"]}
-    p["noise"]["relative"] = 0.02  # fresh per start: TUNER_SIM_SEED is not set
+    p["noise"]["relative"] = noise  # fresh per start: TUNER_SIM_SEED is not set
     p["model"]["weight_gb_sharded"] = 1.0
     p["model"]["kv_bytes_per_token_per_layer"] = {"bfloat16": 65536}
     p["model"]["attn_flops_per_token_ctx"] = 524288 * 20
-    p["performance"]["attention_backends"].update({"fa3": 1.0, "flashinfer": 0.8, "triton": triton_speed})
+    p["performance"]["attention_backends"].update({"fa3": 1.0, "flashinfer": 0.8, "triton": triton_speed,
+                                                   **(speeds or {})})
     path.write_text(yaml.safe_dump(p))
 
 
@@ -154,16 +155,14 @@ REPEAT_SPEED = (1.08, 0.92, 1.0)
 
 def test_confirm_reports_two_near_identical_configurations_as_a_tie_on_every_screen(tuner):
     (tuner.folder / "launch.py").write_text(LAUNCHER)
-    for repeat, speed in enumerate(REPEAT_SPEED):
-        _profile(tuner.folder / f"even-{repeat}.yaml", triton_speed=0.6)
-        p = yaml.safe_load((tuner.folder / f"even-{repeat}.yaml").read_text())
-        p["noise"]["relative"] = 0.0  # only the repeat's speed varies
-        p["performance"]["attention_backends"].update({"fa3": speed, "flashinfer": 1.01 * speed})
-        (tuner.folder / f"even-{repeat}.yaml").write_text(yaml.safe_dump(p))
+    for repeat, speed in enumerate(REPEAT_SPEED):  # no noise of its own: only the repeat's speed varies
+        _profile(tuner.folder / f"even-{repeat}.yaml", triton_speed=0.6, noise=0.0,
+                 speeds={"fa3": speed, "flashinfer": 1.01 * speed})
     (tuner.folder / "model").mkdir()
     space = tuner.space(LUCKY_SPACE.replace("name: lucky", "name: even").replace(
         "model-path: /models/lucky", f"model-path: {tuner.folder / 'model'}\n"
-        f"  command: [{sys.executable}, {tuner.folder / 'launch.py'}]") + "try-first: [{attention-backend: flashinfer}]\n")
+        f"  command: [{sys.executable}, {tuner.folder / 'launch.py'}]")
+                        + "try-first: [{attention-backend: flashinfer}]\n")
     run = ("run", "--space", str(space))
     done = tuner.run(*run, "--trials", "2", env=REAL_TIME)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -175,6 +174,7 @@ def test_confirm_reports_two_near_identical_configurations_as_a_tie_on_every_scr
     assert [line[:5] for line in progress] == [f"[{i}/6]" for i in range(1, 7)], done.stderr
     assert all(" elapsed, ~" in line and line.endswith(" left") for line in progress[:-1]), progress
     assert progress[-1].endswith(" elapsed") and "left" not in progress[-1]
+    assert tuner.leftovers() == {}
 
     study = tuner.study("even")
     winner = study.user_attrs["confirmed_winner"]
