@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 # Below this probability of being better, the winner is "within the noise" of the other. One wrong call in ten
 # is affordable: when the call is close, being wrong costs only the small gap between two medians, and a
 # stricter bar (0.95) would send more pairs back for GPU time over gaps too small to matter. With 3 runs each,
-# only runs that do not overlap at all reach it; one run of each on the wrong side of the other gives about 0.8.
+# runs that do not overlap give 1; [1000, 1020, 1030] against [990, 1005, 1010] gives about 0.8.
 SURE = 0.9
 # The interval shown beside it runs from the 10th to the 90th percentile of the resampled lead, so that it
 # excludes 0 when P(better) >= SURE (resamples with equal medians blur the edge): one rule, two views.
