@@ -2,6 +2,7 @@
 
 One lucky measurement must not pick the winner: every re-measurement is a fresh server, and a
 candidate that fails the gate in any of them is out.
+How sure the ranking is (tuner/_certainty.py) is stored with the confirmations, for every screen to say.
 """
 
 from __future__ import annotations
