@@ -187,12 +187,21 @@ def test_confirm_reports_two_near_identical_configurations_as_a_tie_on_every_scr
     vs = f"vs trial {other} (median "
     assert tie in done.stderr and f"  {command}\n" in done.stderr and vs in done.stderr
 
-    # Every screen that names the winner says so, with the command carrying the flags the user passed.
+    # Every screen that names the winner says so. The command carries --storage and --study as every next step
+    # does (target_args): where a plain command would not find this study. The storage's only study needs no
+    # --study, even where the user passed one; a storage other than the default is named.
     show = tuner.run("show", "--study", "even", env={"COLUMNS": "200"}).stdout
-    assert tie in show and f"{command} --study even\n" in show and vs in show
+    assert show.splitlines()[0].startswith(f"study 'even' (sqlite:///trials.db), 2 trials; winner: trial {winner} ")
+    assert tie in show and f"    {command}\n" in show and vs in show
     storage = f"sqlite:///{tuner.folder / 'trials.db'}"
     done = tuner.run("export", "--out", "best.yaml", "--storage", storage)
     assert tie in done.stderr and f"{command} --storage {storage}\n" in done.stderr
+    # The first line names the study and the trial, how sure confirm is follows it, the launch command alone on
+    # stdout.
+    lines = done.stderr.splitlines()
+    assert lines[0].startswith(f"study 'even' ({storage}): wrote best.yaml: trial {winner}, confirmed"), lines[0]
+    assert lines[1].startswith(f"  vs trial {other} (median ") and lines[-1] == "launch it with:", lines
+    assert done.stdout.count("\n") == 1 and "--config best.yaml" in done.stdout and "within" not in done.stdout
     header = (tuner.folder / "best.yaml").read_text().split("\n# medians at concurrency", 1)[0]
     assert f"#   {tie}" in header and f"#     {command} --storage {storage}" in header
     rivals = json.loads(tuner.run("export", "--format", "json").stdout)["confirm_rivals"]
@@ -202,4 +211,4 @@ def test_confirm_reports_two_near_identical_configurations_as_a_tie_on_every_scr
     assert html.escape(tie) in page and f"<code>{command}</code>" in page
     again = tuner.run(*run, "--trials", "2", env=REAL_TIME)  # the run's last screen: its study named
     assert again.returncode == 0, again.stderr
-    assert tie in again.stderr and f"{command} --study even\n" in again.stderr
+    assert tie in again.stderr and f"    {command}\n" in again.stderr

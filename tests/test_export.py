@@ -473,16 +473,16 @@ def test_each_export_form_launches_the_measured_server(tuner, version, env_var):
 
     done = tuner.run("export")
     assert done.returncode == 0, done.stderr
-    printed = done.stderr.splitlines()[-1]
-    assert printed.startswith("launch it with: ") and printed.endswith(" --host 0.0.0.0 --port 30000")
-    command = printed.removeprefix("launch it with: ").removesuffix(" --host 0.0.0.0 --port 30000")
+    assert done.stderr.splitlines()[-1] == "launch it with:"
+    printed = done.stdout.strip()  # the command alone, on stdout
+    assert done.stdout == printed + "\n" and printed.endswith(" --host 0.0.0.0 --port 30000")
+    command = printed.removesuffix(" --host 0.0.0.0 --port 30000")
     assert command == ("sh best.sh" if env_var else "python -m sglang.launch_server --config best.yaml")
     header = (tuner.folder / "best.yaml").read_text().splitlines()
     launch = next(line.removeprefix("# Launch: ") for line in header if line.startswith("# Launch: "))
     also = [line for line in header if line.startswith("#   (or: ")]
     # The file's header says what the screen said: the same command, or (with a script) the script as the other way.
-    assert launch == printed.removeprefix("launch it with: ") if not env_var else \
-        also == ["#   (or: " + printed.removeprefix("launch it with: ") + ", which does the same)"]
+    assert launch == printed if not env_var else also == ["#   (or: " + printed + ", which does the same)"]
     config = yaml.safe_load((tuner.folder / "best.yaml").read_text())
     if version == "0.5.6":  # not deprecated there: the file says it
         assert config["disable-cuda-graph"] is True

@@ -52,3 +52,14 @@ def test_stored_log_is_masked_streamed_and_capped_with_the_cut_marked(tmp_path):
     small.write_text(f"a {secret} b\n" * 3)
     store_log(TrialResult(0, ServerConfig({}, {}), log_path=small), Redactor({"X_TOKEN": secret}), cap_mb=2)
     assert small.read_text() == "a *** b\n" * 3
+
+
+def test_storage_url_password_is_masked_and_the_rest_kept():
+    from tuner._redact import redact_url
+
+    assert redact_url("postgresql+psycopg2://tuner:s3cr@t@db-host:5432/tuner") == \
+        f"postgresql+psycopg2://tuner:{MASK}@db-host:5432/tuner"
+    assert redact_url("postgresql://db-host/tuner?user=t&password=s3cr&sslmode=require") == \
+        f"postgresql://db-host/tuner?user=t&password={MASK}&sslmode=require"
+    for kept in ("sqlite:///8b.db", "sqlite:////abs/trials.db", "postgresql://tuner@db-host/tuner"):
+        assert redact_url(kept) == kept

@@ -52,6 +52,7 @@ def test_failures_are_attributed_to_what_sets_them_apart(study):
     crashed = [t for t in study.study("cause").get_trials() if t.user_attrs.get("failure_kind") == "crash_on_start"]
     assert sorted(t.number for t in crashed) == [2, 4, 6]
     out = study.run("show", env={"COLUMNS": "200"}).stdout
+    assert "\nfailures, and the values that set each kind apart:\n  crash_on_start: 3 trial(s); most telling" in out
     line, = [line for line in out.splitlines() if line.startswith("  crash_on_start:")]
     assert line == ("  crash_on_start: 3 trial(s); most telling: attention-backend=triton (in 3 of them; 3 of the 3 "
                     "trials with it failed so: 2.7x the rate of all 8)")
@@ -62,9 +63,10 @@ def test_show_fits_the_terminal_and_keeps_whole_messages(study):
     out = study.run("show", env={"COLUMNS": "100"}).stdout
     lines = out.splitlines()
     assert max(map(len, lines)) <= 100, max(lines, key=len)
-    header = lines[0].split()
-    assert header[:3] == ["trial", "outcome", "out"] and "differs from trial" in lines[0]
-    rows = lines[1:9]
+    assert lines[0].startswith("study 'cause' (sqlite:///trials.db), 8 trials; winner: trial ") and lines[1] == ""
+    header = lines[2].split()
+    assert header[:3] == ["trial", "outcome", "out"] and "differs from trial" in lines[2]
+    rows = lines[3:11]
     throughput = [re.findall(r"\s(\d+\.\d+|-)\s", row)[0] for row in rows]
     assert all(v == "-" or re.fullmatch(r"\d+\.\d", v) for v in throughput), throughput  # one precision
     assert sum(v == "-" for v in throughput) == 3
@@ -77,7 +79,7 @@ def test_show_fits_the_terminal_and_keeps_whole_messages(study):
     assert " ".join(messages.split()).count(CRASH) == 1
     winner = next(line for line in lines if line.startswith("winner: "))
     assert winner.startswith("winner: trial ") and "not confirmed" in winner
-    wide = study.run("show", "--wide").stdout.splitlines()[0].split()
+    wide = study.run("show", "--wide").stdout.splitlines()[2].split()
     assert {"attention-backend", "disable-cuda-graph", "schedule-conservativeness"} <= set(wide)
 
 

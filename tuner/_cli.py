@@ -9,6 +9,10 @@ from collections.abc import Sequence
 from ._errors import TunerError, UsageError
 from ._simulate import AUTO, DEFAULT_PROFILE
 from ._study import SAMPLERS
+from ._which_study import DEFAULT_STORAGE, Target, choose
+
+# The commands that only read a study: without --storage they follow the last run in this folder.
+READERS = ("export", "confirm", "dashboard", "report", "show")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -17,8 +21,16 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def storage_args(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--storage", default="sqlite:///trials.db", help="Optuna storage URL (default: %(default)s)")
+        p.add_argument("--storage", default=DEFAULT_STORAGE, help="Optuna storage URL (default: %(default)s)")
         p.add_argument("--study", default=None, help="study name (default: the space's name)")
+
+    def read_storage_args(p: argparse.ArgumentParser, study: bool = True) -> None:
+        # None: not given, so that the last run's record decides (an explicit sqlite:///trials.db does not follow it).
+        p.add_argument("--storage", default=None, help="Optuna storage URL (default: the one the last run in this "
+                       f"folder used, as runs/last-run.json records it, else {DEFAULT_STORAGE})")
+        if study:
+            p.add_argument("--study", default=None, help="study name (default: the storage's only study, or the "
+                           "one the last run in this folder used)")
 
     def space_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--space", default=None, help="search-space file (default: search_spaces/default.yaml, "
@@ -58,7 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     space_args(check)
 
     export = sub.add_parser("export", help="write the best configuration as a --config file")
-    storage_args(export)
+    read_storage_args(export)
     export.add_argument("--out", default=None, help="file to write (default: best.yaml; '-' for stdout)")
     export.add_argument("--format", choices=("yaml", "cmd", "json"), default="yaml",
                         help="yaml: a --config file (and best.sh where the file alone cannot launch it); cmd: the "
@@ -66,7 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--trial", type=int, default=None, help="export this trial instead of the best")
 
     confirm = sub.add_parser("confirm", help="re-measure the best trials on fresh servers and rank by the median")
-    storage_args(confirm)
+    read_storage_args(confirm)
     confirm.add_argument("--top", type=int, default=3, help="how many of the best distinct configurations to "
                          "re-measure (default: %(default)s)")
     confirm.add_argument("--repeats", type=int, default=3, help="fresh servers per configuration "
@@ -74,18 +86,18 @@ def _parser() -> argparse.ArgumentParser:
     confirm.add_argument("--workdir", default="runs", help="where their server logs go (default: %(default)s)")
 
     dashboard = sub.add_parser("dashboard", help="start optuna-dashboard on the storage, with the server logs")
-    dashboard.add_argument("--storage", default="sqlite:///trials.db", help="Optuna storage URL (default: %(default)s)")
+    read_storage_args(dashboard, study=False)
     dashboard.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     dashboard.add_argument("--port", type=int, default=8080, help="port to listen on (default: %(default)s)")
     dashboard.add_argument("--workdir", default="runs", help="the run's --workdir, whose artifacts/ holds the "
                            "server logs (default: %(default)s)")
 
     report = sub.add_parser("report", help="HTML page with charts of the study (needs matplotlib)")
-    storage_args(report)
+    read_storage_args(report)
     report.add_argument("--out", default="report", help="folder for index.html and its images (default: %(default)s)")
 
     show = sub.add_parser("show", help="table of trials and failure breakdown")
-    storage_args(show)
+    read_storage_args(show)
     show.add_argument("--sort", default="value", help="value, number, time, or a metric name")
     show.add_argument("--failed", action="store_true", help="only trials that did not qualify")
     show.add_argument("--wide", action="store_true", help="a column for every parameter, instead of the ones "
@@ -108,6 +120,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    if args.command in READERS:
+        target = choose(args.command, args.storage, getattr(args, "study", None), getattr(args, "workdir", "runs"))
+        return _read(args, target)
     if args.command == "run":
         from ._run import RunOptions, run
 
@@ -120,30 +135,42 @@ def _dispatch(args: argparse.Namespace) -> int:
         from ._run import check
 
         return 2 if check(args.space, args.simulate, args.model).errors else 0
+    raise UsageError(f"unknown command {args.command}")
+
+
+def _read(args: argparse.Namespace, target: Target) -> int:
+    """A command that reads a study. Export and show name the study and its winner on their first line; the notes
+    on how it was chosen follow (on stderr) once the command has done its work, so that a refusal stays one line.
+    Confirm and the dashboard, which run for long, say them first."""
+    def notes() -> None:
+        for note in target.notes:
+            print(note, file=sys.stderr, flush=True)
+
     if args.command == "export":
         from ._export import export
 
-        export(args.storage, args.study, args.out, args.format, args.trial)
-        return 0
-    if args.command == "confirm":
-        from ._confirm import confirm
-
-        confirm(args.storage, args.study, args.top, args.repeats, args.workdir)
-        return 0
-    if args.command == "dashboard":
-        from ._dashboard import serve
-
-        serve(args.storage, args.host, args.port, args.workdir)
-        return 0
-    if args.command == "report":
-        from ._report import report
-
-        path = report(args.storage, args.study, args.out)
-        print(f"wrote {path}", file=sys.stderr)
+        export(target.storage, target.study, args.out, args.format, args.trial, target.notes)
         return 0
     if args.command == "show":
         from ._show import show
 
-        print(show(args.storage, args.study, args.sort, args.failed, args.wide))
+        print(show(target.storage, target.study, args.sort, args.failed, args.wide), flush=True)
+        notes()
         return 0
-    raise UsageError(f"unknown command {args.command}")
+    if args.command == "report":
+        from ._report import report
+
+        path = report(target.storage, target.study, args.out)
+        print(f"wrote {path}", file=sys.stderr)
+        notes()
+        return 0
+    notes()
+    if args.command == "confirm":
+        from ._confirm import confirm
+
+        confirm(target.storage, target.study, args.top, args.repeats, args.workdir)
+        return 0
+    from ._dashboard import serve
+
+    serve(target.storage, args.host, args.port, args.workdir)
+    return 0

@@ -8,6 +8,7 @@ How sure the ranking is (tuner/_certainty.py) is stored with the confirmations, 
 from __future__ import annotations
 
 import os
+import shlex
 import statistics
 import sys
 import time
@@ -26,6 +27,7 @@ from ._results import (CONFIRMATIONS_ATTR, CONFIRMED_ATTR, FIGURES, VERSUS_ATTR,
 from ._space import ServerConfig
 from ._spec import parse_spec
 from ._trial import TrialContext, TrialPlan, run_trial
+from ._which_study import target_args
 from .engines import get_engine
 
 
@@ -116,10 +118,12 @@ def confirm(storage: str, study_name: str | None, top: int, repeats: int, workdi
         print(f"{c.number:>5}  {first[c.number]:>10.1f}  {c.median:>10.1f}  {c.spread:>6.1%}  {runs}", file=stream)
     best = winner(study)
     print(f"winner: {best.describe(metric)}", file=stream)
-    for line in certainty_lines(study, best, storage, study_name):
+    where = shlex.join(target_args(storage, study, workdir))  # this study, not another: every suggested command
+    for line in certainty_lines(study, best, where):
         print(f"  {line}", file=stream)
     print(f"confirm took {duration(time.monotonic() - progress.started)} for {progress.total} server(s)", file=stream)
-    print("next: python -m tuner export (writes it with these medians), python -m tuner report", file=stream)
+    at = f" {where}" if where else ""
+    print(f"next: python -m tuner export{at} (writes it with these medians), python -m tuner report{at}", file=stream)
     return results
 
 

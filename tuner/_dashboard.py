@@ -7,7 +7,8 @@ from pathlib import Path
 
 from ._errors import UsageError
 from ._procs import port_is_free
-from ._study import open_storage
+from ._redact import redact_url
+from ._study import open_storage, stored_study_names
 
 
 def serve(storage_url: str, host: str, port: int, workdir: str) -> None:
@@ -16,9 +17,10 @@ def serve(storage_url: str, host: str, port: int, workdir: str) -> None:
 
     if not port_is_free(host, port):
         raise UsageError(f"port {port} is in use on {host}", "pass --port with a free port")
+    stored_study_names(storage_url)  # a storage without a study is refused before anything is created
     storage = open_storage(storage_url, heartbeat=False)
     artifacts = Path(workdir) / "artifacts"
     artifacts.mkdir(parents=True, exist_ok=True)
-    print(f"optuna-dashboard on http://{host}:{port}/ (storage {storage_url}, logs from {artifacts})",
+    print(f"optuna-dashboard on http://{host}:{port}/ (storage {redact_url(storage_url)}, logs from {artifacts})",
           file=sys.stderr)
     run_server(storage, host=host, port=port, artifact_store=FileSystemArtifactStore(str(artifacts)))

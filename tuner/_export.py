@@ -8,6 +8,7 @@ import os
 import shlex
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,9 @@ import optuna
 import yaml
 
 from ._ratesearch import slo_text
-from ._redact import redact_argv, redact_env
+from ._redact import redact_argv, redact_env, redact_url
 from ._results import Winner, certainty_lines, load_study, objective_metric, pareto_front, winner
+from ._which_study import target_args
 from .engines import flag_argv, get_engine
 
 
@@ -152,34 +154,65 @@ def _rate_lines(search: dict | None) -> list[str]:
             + (f"; the lowest rate tested that did not: {search['upper']:.3g}/s" if search.get("upper") else "")]
 
 
-def export(storage: str, study_name: str | None, out: str | None, fmt: str, number: int | None) -> Path | None:
+def export(storage: str, study_name: str | None, out: str | None, fmt: str, number: int | None,
+           notes: Sequence[str] = ()) -> Path | None:
+    """Write the winner (or trial `number`) to `out`, or to stdout. The first line on stderr names the study and
+    the trial, so that nobody deploys another study's winner unawares; how sure confirm is of it (certainty_lines)
+    and `notes` (how the study was chosen) follow it.
+    The command that launches it goes to stdout where the file went elsewhere, else to stderr: stdout then holds
+    the file and nothing else."""
     study = load_study(storage, study_name)
     best = winner(study, number)
     trial = best.trial
-    if len(study.directions) > 1 and number is None:
-        front = pareto_front(study)
-        print("Pareto front (exporting the one with the best first objective; --trial N picks another):",
-              file=sys.stderr)
-        for t in sorted(front, key=lambda t: t.number):
-            print(f"  trial {t.number}: {', '.join(f'{v:.1f}' for v in t.values)}", file=sys.stderr)
     path = None if out == "-" or (out is None and fmt != "yaml") else Path(out or "best.yaml")
     script = path.with_suffix(".sh") if path is not None and fmt == "yaml" and needs_script(study, trial) else None
-    certainty = certainty_lines(study, best, storage, study_name)
+    certainty = certainty_lines(study, best, shlex.join(target_args(storage, study)))
     text = render(study, best, fmt, script.name if script else None, path.name if path else "best.yaml", certainty)
+    described = best.describe(objective_metric(study))
+    origin = f"study '{study.study_name}' ({redact_url(storage)})"
     if path is None:
+        print(f"{origin}: {described}; written to stdout", *(f"  {line}" for line in certainty), *notes, sep="\n",
+              file=sys.stderr)
+        _pareto_lines(study, number)
+        if fmt != "cmd":  # the command line itself is what stdout gets
+            print(f"launch it with: {_launch_line(study, trial, fmt, script, 'FILE')}"
+                  + (" (FILE: where you saved this)" if fmt == "yaml" else ""), file=sys.stderr, flush=True)
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
         return None
     _write_atomically(path, text)
-    metric = objective_metric(study)
     if script is not None:
         _write_atomically(script, render_script(study, trial, path))
         script.chmod(0o755)
-        written, launch = f"{path} and {script}", ["sh", str(script)]
-    else:
-        written, launch = str(path), [*launch_command(study, _engine(study, trial)), "--config", str(path)]
-    print(f"wrote {written}: {best.describe(metric)}", *(f"  {line}" for line in certainty),
-          f"launch it with: {shlex.join([*launch, *DEPLOY_ADDRESS])}", sep="\n", file=sys.stderr)
+    print(f"{origin}: wrote {path}{f' and {script}' if script else ''}: {described}",
+          *(f"  {line}" for line in certainty), *notes, sep="\n", file=sys.stderr)
+    _pareto_lines(study, number)
+    print("launch it with:", file=sys.stderr, flush=True)
+    print(_launch_line(study, trial, fmt, script, str(path)), flush=True)
     return path
+
+
+def _launch_line(study: optuna.Study, trial: optuna.trial.FrozenTrial, fmt: str, script: Path | None,
+                 config: str) -> str:
+    """The command that starts the exported server on the deployed address: the script where there is one, the
+    --config file (with what it cannot carry, environment first), or for cmd and json the whole command line."""
+    if script is not None:
+        return shlex.join(["sh", str(script), *DEPLOY_ADDRESS])
+    env = [f"{k}={shlex.quote(v)}" for k, v in sorted(_env(study, trial).items())]  # assignments, not quoted words
+    if fmt == "yaml" and study.user_attrs.get("server_takes_config", True):
+        argv = [*launch_command(study, _engine(study, trial)), "--config", config,
+                *flag_argv(_spelled(study, trial)[1]), *DEPLOY_ADDRESS]
+    else:
+        argv = [*launch_argv(study, trial), *DEPLOY_ADDRESS]
+    return " ".join([*env, shlex.join(argv)])
+
+
+def _pareto_lines(study: optuna.Study, number: int | None) -> None:
+    """Two objectives: the front the exported trial was picked from, and how to pick another."""
+    if len(study.directions) > 1 and number is None:
+        print("Pareto front (exporting the one with the best first objective; --trial N picks another):",
+              file=sys.stderr)
+        for t in sorted(pareto_front(study), key=lambda t: t.number):
+            print(f"  trial {t.number}: {', '.join(f'{v:.1f}' for v in t.values)}", file=sys.stderr)
 
 
 def _write_atomically(path: Path, text: str) -> None:

@@ -108,11 +108,11 @@ def duration(seconds: float) -> str:
 
 
 def summary(study: optuna.Study, spec: Spec, top: int = 5, dashboard: str | None = None,
-            storage: str | None = None) -> str:
+            where: str = "") -> str:
     """The run's last screen: what happened, the winner (as export and show name it), what to do next.
-    `storage`: the run's --storage, for a suggested confirm command."""
+    `where`: the --storage and --study every suggested command carries (_which_study.target_args)."""
     from ._errors import NoEligibleTrialError
-    from ._results import DEFAULT_STORAGE, certainty_lines, versus_baseline, winner
+    from ._results import certainty_lines, versus_baseline, winner
 
     trials = study.get_trials(deepcopy=False)
     metric = spec.objective.metric
@@ -126,14 +126,16 @@ def summary(study: optuna.Study, spec: Spec, top: int = 5, dashboard: str | None
     lines = [f"{len(trials)} trials: {len(feasible)} qualified; "
              + (", ".join(f"{k} {n}" for k, n in kinds.most_common()) or "no failures"),
              f"time in trials {duration(spent)}, of which {duration(wasted)} on trials that did not qualify"]
+    # Each command printed names the storage and study this run used (`where`): in this folder, the default
+    # storage may hold another study, and its winner is not the one to deploy.
+    at = f" {where}" if where else ""
     try:
         best = winner(study)
     except NoEligibleTrialError:
         return "\n".join(lines + ["no trial qualified: nothing to export; widen the space or look at "
-                                  "'python -m tuner show --failed'"])
+                                  f"'python -m tuner show{at} --failed'"])
     lines.append(f"winner: {best.describe(metric)}")
-    # The run's study is the space's, not necessarily the storage's only one: a suggested command names it.
-    lines += [f"  {line}" for line in certainty_lines(study, best, storage or DEFAULT_STORAGE, study.study_name)]
+    lines += [f"  {line}" for line in certainty_lines(study, best, where)]
     gain = versus_baseline(study, best, metric)
     if gain:
         lines.append(f"  {gain}")
@@ -146,13 +148,14 @@ def summary(study: optuna.Study, spec: Spec, top: int = 5, dashboard: str | None
         flags = fit([f"{k}={format_value(t.params.get(k))}" for k in varying], room)
         lines.append(f"{t.number:>5}  {t.user_attrs.get(metric, 0):>18.1f}  {t.user_attrs.get('p99_ttft_ms', 0):>11.0f}"
                      f"  {t.user_attrs.get('p99_itl_ms', 0):>10.1f}  {flags}")
-    steps = [] if best.confirmed else ["python -m tuner confirm --top 3 --repeats 3   # re-measure the best on "
-                                       "fresh servers"]
-    steps += ["python -m tuner export                        # best.yaml (and the command that launches it)",
-              "python -m tuner report                        # report/index.html"]
-    if dashboard:
-        steps.append(f"{dashboard}   # every trial, its note and server log")
-    return "\n".join(lines + ["next:"] + [f"  {step}" for step in steps])
+    steps = [] if best.confirmed else [(f"python -m tuner confirm{at} --top 3 --repeats 3",
+                                        "re-measure the best on fresh servers")]
+    steps += [(f"python -m tuner export{at}", "best.yaml (and the command that launches it)"),
+              (f"python -m tuner report{at}", "report/index.html")]
+    pad = max(len(command) for command, _ in steps)
+    if dashboard:  # longer: it keeps its own width
+        steps.append((dashboard, "every trial, its note and server log"))
+    return "\n".join(lines + ["next:"] + [f"  {command.ljust(pad)}   # {why}" for command, why in steps])
 
 
 def fit(items: Sequence[str], room: int) -> str:

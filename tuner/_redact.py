@@ -38,6 +38,20 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
     return out
 
 
+def redact_url(url: str) -> str:
+    """A storage URL with its password masked (postgresql://tuner:***@host/db); a URL without one as it is.
+    For what the tuner prints or records of a URL; connecting needs the URL as given."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    netloc, slash, path = rest.partition("/")
+    userinfo, at, host = netloc.rpartition("@")  # a password may hold "@" only escaped; the last one ends it
+    if at and ":" in userinfo:
+        netloc = f"{userinfo.split(':', 1)[0]}:{MASK}@{host}"
+    path = re.sub(r"(?i)((?:^|[?&])(?:password|passwd)=)[^&]*", rf"\g<1>{MASK}", path)
+    return f"{scheme}://{netloc}{slash}{path}"
+
+
 def redact_flags(flags: Mapping[str, Any]) -> dict[str, Any]:
     return {k: (MASK if is_secret_name(k) and v not in (None, False, True) else v) for k, v in flags.items()}
 

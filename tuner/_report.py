@@ -24,12 +24,12 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from ._errors import NoEligibleTrialError, StorageError, UsageError
+from ._errors import NoEligibleTrialError, UsageError
 from ._export import launch_argv
 from ._ratesearch import slo_text
-from ._results import (CONFIRMED_ATTR, DEFAULT_STORAGE, certainty_lines, eligible, load_study, versus_baseline,
-                       winner)
+from ._results import CONFIRMED_ATTR, certainty_lines, eligible, load_study, versus_baseline, winner
 from ._show import failure_breakdown
+from ._which_study import target_args
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 STAGES = ("launch", "readiness", "server_info", "gate", "probe", "recheck", "teardown")
@@ -53,15 +53,13 @@ class Report:
     study: optuna.Study
     trials: list[FrozenTrial]
     charts: list[Chart] = field(default_factory=list)
-    storage: str = DEFAULT_STORAGE  # as the user passed them: a suggested command carries them
-    study_name: str | None = None
+    where: str = ""  # --storage and --study that name the study in a suggested command (target_args)
 
 
 # -- entry point --------------------------------------------------------------------------------------------
 
 def report(storage: str, study_name: str | None, out: str | os.PathLike = "report") -> Path:
     """Write `out`/index.html and its PNG images; returns the path of index.html."""
-    _require_existing_storage(storage)
     study = load_study(storage, study_name)
     trials = [t for t in study.get_trials(deepcopy=False) if t.state in FINISHED]
     if not trials:
@@ -76,7 +74,7 @@ def report(storage: str, study_name: str | None, out: str | os.PathLike = "repor
         raise UsageError(f"cannot write the report into {out}: {exc.strerror or exc}",
                          "pass --out with a folder you can write") from exc
     try:
-        rep = Report(study, trials, storage=storage, study_name=study_name)
+        rep = Report(study, trials, where=shlex.join(target_args(storage, study)))
         rep.charts = [
             _history(plt, rep, tmp),
             _pareto(plt, rep, tmp),
@@ -101,21 +99,6 @@ def report(storage: str, study_name: str | None, out: str | os.PathLike = "repor
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out / "index.html"
-
-
-def _require_existing_storage(url: str) -> None:
-    """Opening a SQLite URL creates the file; a report of a file that is not there is a typo, not a study."""
-    if not url.startswith("sqlite"):
-        return
-    try:
-        import sqlalchemy
-
-        database = sqlalchemy.engine.make_url(url).database
-    except Exception:
-        return  # open_storage names what is wrong with the URL
-    if database and database != ":memory:" and not database.startswith("file:") and not Path(database).exists():
-        raise StorageError(f"storage {url} does not exist (no file {database})",
-                           "run 'python -m tuner run' first or pass --storage with the study's database")
 
 
 def _pyplot():
@@ -519,7 +502,7 @@ def _winner_html(rep: Report) -> list[str]:
            f'<p class="ok">Winner: {e(best.describe(metric))}</p>',
            *(f"<p><code>{e(line.strip())}</code></p>" if line.startswith("  ") else
              f'<p class="{"bad" if line.startswith("within the noise") else "note"}">{e(line)}</p>'
-             for line in certainty_lines(study, best, rep.storage, rep.study_name)),
+             for line in certainty_lines(study, best, rep.where)),
            f"<p>{'Medians' if best.confirmed else 'Metrics'}: {e(metrics)}" + (f"; {e(gain)}" if gain else "")
            + "</p>",
            f"<p>Launched as: <code>{e(shlex.join(launch_argv(study, best.trial)))}</code></p>",

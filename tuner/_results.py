@@ -11,13 +11,13 @@ from optuna.trial import FrozenTrial, TrialState
 
 from ._certainty import SURE, Comparison
 from ._errors import NoEligibleTrialError, StorageError
-from ._study import open_storage
+from ._redact import redact_url
+from ._study import open_storage, stored_study_names
 
 CONFIRMED_ATTR = "confirmed_winner"
 CONFIRMATIONS_ATTR = "confirmations"
 # Each other qualified candidate's confirmation holds, under this key, how it compares with the winner.
 VERSUS_ATTR = "versus_winner"
-DEFAULT_STORAGE = "sqlite:///trials.db"  # the CLI's --storage default: a suggested command leaves it out
 # The figures an export header and the winner's line report, measured per run and confirmed as medians.
 FIGURES = ("output_throughput", "total_throughput", "p99_ttft_ms", "p99_itl_ms")
 
@@ -99,11 +99,11 @@ def winner(study: optuna.Study, number: int | None = None) -> Winner:
     return Winner(trial, True, figures, runs, (max(runs) - min(runs)) / median if median else 0.0, tuple(rivals))
 
 
-def certainty_lines(study: optuna.Study, best: Winner, storage: str = DEFAULT_STORAGE,
-                    study_name: str | None = None) -> list[str]:
+def certainty_lines(study: optuna.Study, best: Winner, where: str = "") -> list[str]:
     """What every screen that names a confirmed winner says under it: how sure confirm is that it beats the
     runner-up (and any other candidate it is within the noise of) and, when it is not sure, the command that
-    re-measures them with more repeats. `storage` and `study_name` are the flags the user passed (None: none)."""
+    re-measures them with more repeats. `where`: the --storage and --study that name this study, shell-quoted, as
+    _which_study.target_args gives them for every suggested command ("" where a plain command finds it)."""
     if not best.confirmed or not best.rivals:
         return []
     n = best.trial.number
@@ -117,23 +117,19 @@ def certainty_lines(study: optuna.Study, best: Winner, storage: str = DEFAULT_ST
         others = " and ".join(f"trial {r.number}" for r in tied)
         lines += [f"within the noise: trial {n} is not reliably better than {others} (P < {SURE}); either will do, "
                   "or tell them apart with more repeats:",
-                  f"  {more_repeats_command(study, best, tied, storage, study_name)}"]
+                  f"  {more_repeats_command(study, best, tied, where)}"]
     return lines
 
 
-def more_repeats_command(study: optuna.Study, best: Winner, tied: tuple[Rival, ...], storage: str,
-                         study_name: str | None) -> str:
+def more_repeats_command(study: optuna.Study, best: Winner, tied: tuple[Rival, ...], where: str = "") -> str:
     """`confirm` re-measuring the winner and the tied rivals with twice the repeats (at least 6: the interval
-    narrows as 1/sqrt(runs)). --top is the smallest that takes them all, as confirm ranks by first runs."""
+    narrows as 1/sqrt(runs)), then `where` (--storage, --study). --top is the smallest that takes them all, as
+    confirm ranks by first runs."""
     wanted = {best.trial.number, *(r.number for r in tied)}
     ranked = [t.number for t in distinct_ranked(study)]
     top = max((ranked.index(k) + 1 for k in wanted if k in ranked), default=len(wanted))
     argv = ["python", "-m", "tuner", "confirm", "--top", str(top), "--repeats", str(max(6, 2 * len(best.runs)))]
-    if storage != DEFAULT_STORAGE:
-        argv += ["--storage", storage]
-    if study_name is not None:
-        argv += ["--study", study_name]
-    return shlex.join(argv)
+    return " ".join([shlex.join(argv), *([where] if where else [])])
 
 
 def distinct_ranked(study: optuna.Study) -> list[FrozenTrial]:
@@ -151,18 +147,18 @@ def distinct_ranked(study: optuna.Study) -> list[FrozenTrial]:
 
 
 def load_study(storage_url: str, study_name: str | None) -> optuna.Study:
-    storage = open_storage(storage_url, heartbeat=False)
-    names = [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
-    if not names:
-        raise StorageError(f"no study in {storage_url}", "run 'python -m tuner run' first or pass --storage")
+    """The study to read; a storage without one is refused before Optuna opens it (which would create the file
+    and its tables)."""
+    names = stored_study_names(storage_url)
+    shown = redact_url(storage_url)
     if study_name is None:
         if len(names) > 1:
-            raise StorageError(f"{storage_url} holds several studies ({', '.join(names)})", "pass --study NAME")
+            raise StorageError(f"{shown} holds several studies ({', '.join(names)})", "pass --study NAME")
         study_name = names[0]
     if study_name not in names:
-        raise StorageError(f"no study named {study_name!r} in {storage_url}",
+        raise StorageError(f"no study named {study_name!r} in {shown}",
                            f"pass --study with one of: {', '.join(names)}")
-    return optuna.load_study(study_name=study_name, storage=storage)
+    return optuna.load_study(study_name=study_name, storage=open_storage(storage_url, heartbeat=False))
 
 
 def eligible(study: optuna.Study) -> list[FrozenTrial]:

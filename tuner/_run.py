@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import shlex
 import signal
 import sys
 import threading
@@ -20,12 +21,14 @@ from ._errors import UsageError
 from ._gpus import GpuProbe, MemoryBaseline, check_gpu_ids, parse_gpu_list
 from ._slots import SlotPool
 from ._progress import Progress, summary
-from ._redact import Redactor, redact_env
+from ._last_run import write_last_run
+from ._redact import Redactor, redact_env, redact_url
 from ._simulate import AUTO, DEFAULT_PROFILE, choose_profile, profile_hint
 from ._spec import Spec, load_spec
 from ._study import heartbeat_settings, load_or_create, open_storage
 from ._teardown import end_orphans
 from ._trial import TrialContext
+from ._which_study import target_args
 from ._worker import Interrupted, Surplus, TrialBudget, Worker, fail_trials_of_dead_workers
 from .engines import get_engine
 
@@ -157,6 +160,7 @@ def run(options: RunOptions, stream=sys.stderr) -> optuna.Study:
     study = load_or_create(storage, study_name, spec, options.sampler, options.seed, options.on_space_change)
     workdir = Path(options.workdir) / study_name
     workdir.mkdir(parents=True, exist_ok=True)
+    write_last_run(options.workdir, options.storage, study_name)  # what show, export, ... read without --storage
     gpu_probe = None if options.simulate else GpuProbe()
     ended = end_orphans(workdir, gpu_probe.holders if gpu_probe is not None else None)
     if ended:
@@ -186,7 +190,7 @@ def run(options: RunOptions, stream=sys.stderr) -> optuna.Study:
                     on_trial_end=progress.trial_end, pool=pool)
     done = _finished(study)
     remaining = options.trials - done
-    progress.say(f"study '{study_name}' on {options.storage}: {done} of {options.trials} trials done; "
+    progress.say(f"study '{study_name}' on {redact_url(options.storage)}: {done} of {options.trials} trials done; "
                  f"{prepared.report.flags_checked} flags checked against {prepared.checked_against}")
     progress.begin(study, options.trials, n_jobs)
     if remaining <= 0:
@@ -204,8 +208,9 @@ def run(options: RunOptions, stream=sys.stderr) -> optuna.Study:
                 progress.say("interrupted: the server was stopped and the trial marked; "
                              "run the same command again to resume")
                 raise KeyboardInterrupt from None
-    progress.say(summary(study, spec, dashboard=f"optuna-dashboard {options.storage} --artifact-dir {artifacts}",
-                         storage=options.storage))
+    shown = redact_url(options.storage)
+    progress.say(summary(study, spec, dashboard=f"optuna-dashboard {shown} --artifact-dir {artifacts}",
+                         where=shlex.join(target_args(options.storage, study, options.workdir))))
     return study
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import textwrap
 from collections import Counter, defaultdict
@@ -10,7 +11,9 @@ from optuna.trial import FrozenTrial, TrialState
 
 from ._errors import NoEligibleTrialError
 from ._progress import fit, format_value, table
+from ._redact import redact_url
 from ._results import certainty_lines, load_study, objective_metric, winner
+from ._which_study import target_args
 
 # Each column one precision: throughput to 0.1 tok/s, TTFT to the ms, ITL to 0.1 ms, time to 0.1 s.
 _METRICS = (("out tok/s", "output_throughput", "{:.1f}"), ("p99 TTFT ms", "p99_ttft_ms", "{:.0f}"),
@@ -50,22 +53,29 @@ def show(storage: str, study_name: str | None, sort: str = "value", failed_only:
         seen = Counter((k, format_value(v)) for t in everything for k, v in t.params.items())
         text = table([[*row, _differences(t, reference, room, seen)] for row, t in zip(rows, trials)],
                      [*header, title])
-    parts = [text]
+    # First, which study this is and its winner: a person with several studies must not read the wrong one.
+    count = f"{len(everything)} trial{'' if len(everything) == 1 else 's'}"
+    title = f"study '{study.study_name}' ({redact_url(storage)}), {count}; " + (
+        f"winner: trial {best.trial.number} ({'confirmed' if best.confirmed else 'not confirmed'})" if best
+        else "no trial qualified")
+    parts = [textwrap.fill(title, width=width, subsequent_indent="  ", break_on_hyphens=False,
+                           break_long_words=False), text]
     if best is not None:
         flags = " ".join(f"{k}={format_value(v)}" for k, v in best.trial.params.items())
         parts.append("\n".join(textwrap.fill(line, width=width, subsequent_indent="  ", break_on_hyphens=False)
                                for line in (f"winner: {best.describe(metric)}", f"  {flags}")))
-        parts[-1] += _certainty(study, best, storage, study_name, width)
+        parts[-1] += _certainty(study, best, shlex.join(target_args(storage, study)), width)
     parts.append(failure_breakdown(everything, width))
     parts.append(_messages(trials, width))
     return "\n\n".join(p for p in parts if p)
 
 
-def _certainty(study, best, storage: str, study_name: str | None, width: int) -> str:
-    """How sure confirm is of the winner; a suggested command stays on one line, to be copied whole."""
+def _certainty(study, best, where: str, width: int) -> str:
+    """How sure confirm is of the winner; a suggested command (carrying `where`: --storage, --study) stays on one
+    line, to be copied whole."""
     return "".join("\n  " + (line if line.startswith("  ") else textwrap.fill(
         line, width=width - 2, subsequent_indent="    ", break_on_hyphens=False, break_long_words=False))
-                   for line in certainty_lines(study, best, storage, study_name))
+                   for line in certainty_lines(study, best, where))
 
 
 def _cell(value, fmt: str) -> str:
@@ -106,7 +116,8 @@ def failure_breakdown(trials: list[FrozenTrial], width: int = 120) -> str:
     if not by_kind:
         return "failures: none"
     everywhere = Counter((k, format_value(v)) for t in finished for k, v in t.params.items())
-    lines = ["failures, and the values that set each kind apart:"]
+    lines = []
+    ranked = False  # whether any kind has values to rank: only then does the heading promise them
     for kind, ts in sorted(by_kind.items(), key=lambda kv: -len(kv[1])):
         line = f"  {kind}: {len(ts)} trial(s)"
         if kind != "interrupted" and finished:
@@ -115,12 +126,14 @@ def failure_breakdown(trials: list[FrozenTrial], width: int = 120) -> str:
                       if n >= MIN_COUNT and everywhere[kv] and n / everywhere[kv] >= MIN_SHARE]
             telling = [s for s in sorted(scored, reverse=True) if s[0] >= MIN_LIFT][:2]
             if telling:
+                ranked = True
                 line += "; most telling: " + ", ".join(
                     f"{k}={v} (in {n} of them; {n} of the {everywhere[(k, v)]} trials with it failed so: "
                     f"{lift:.1f}x the rate of all {len(finished)})" for lift, n, (k, v) in telling)
         lines.append(textwrap.fill(line, width=width, subsequent_indent="      ", break_on_hyphens=False,
                                    break_long_words=False))
-    return "\n".join(lines)
+    heading = "failures, and the values that set each kind apart:" if ranked else "failures:"
+    return "\n".join([heading, *lines])
 
 
 def _messages(trials: list[FrozenTrial], width: int) -> str:

@@ -28,7 +28,7 @@ from optuna.storages._rdb.storage import _create_scoped_session
 from optuna.trial import TrialState
 
 from ._errors import StorageError, StudyMismatchError, UsageError
-from ._redact import Redactor
+from ._redact import Redactor, redact_url
 from ._spec import Spec
 from ._tpe import CrashAwareTPE
 from .engines import get_engine
@@ -309,7 +309,7 @@ def open_storage(url: str, heartbeat: bool = True) -> optuna.storages.RDBStorage
         kwargs = dict(heartbeat_interval=interval, grace_period=grace,
                       heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
                           max_retry=MAX_RETRY))
-    try:
+    with _storage_errors(url):
         for attempt in tenacity.Retrying(retry=tenacity.retry_if_exception(_schema_race),
                                          wait=tenacity.wait_random(0.1, 0.5), stop=tenacity.stop_after_attempt(8),
                                          reraise=True):
@@ -320,17 +320,58 @@ def open_storage(url: str, heartbeat: bool = True) -> optuna.storages.RDBStorage
                     # on a read-only file.
                     _serialise_sqlite(storage.engine)
                 return storage
+    raise AssertionError("unreachable")
+
+
+NO_STUDY_FIX = "run 'python -m tuner run' first, or pass --storage with the database the run used"
+
+
+def stored_study_names(url: str) -> list[str]:
+    """The names of the studies `url` holds, read without creating anything (no database file, no tables):
+    for the commands that only read. Optuna creates the file and its tables when it opens a URL, which left
+    an empty trials.db behind every command run in the wrong folder. StorageError when there is no study."""
+    if "://" not in url:
+        raise StorageError(f"storage URL {url!r} is not a URL", f"write e.g. sqlite:///{url}")
+    names: list[str] = []
+    with _storage_errors(url):
+        parsed = sqlalchemy.engine.make_url(url)
+        database = parsed.database
+        if parsed.get_backend_name() == "sqlite" and database and database != ":memory:" \
+                and not database.startswith("file:") and not os.path.exists(database):
+            raise StorageError(f"no study in {redact_url(url)}: the file {database} does not exist", NO_STUDY_FIX)
+        connect_args = {"timeout": SQLITE_TIMEOUT} if parsed.get_backend_name() == "sqlite" else {}
+        engine = sqlalchemy.create_engine(url, connect_args=connect_args)
+        try:
+            with engine.connect() as connection:
+                if sqlalchemy.inspect(connection).has_table("studies"):
+                    rows = connection.execute(sqlalchemy.text("SELECT study_name FROM studies ORDER BY study_id"))
+                    names = [row[0] for row in rows]
+        finally:
+            engine.dispose()
+    if not names:
+        raise StorageError(f"no study in {redact_url(url)}", NO_STUDY_FIX)
+    return names
+
+
+@contextlib.contextmanager
+def _storage_errors(url: str) -> Iterator[None]:
+    """A storage URL that cannot be used, as one line naming it (password masked) and the fix."""
+    try:
+        yield
     except (sqlalchemy.exc.ArgumentError, sqlalchemy.exc.NoSuchModuleError) as exc:
-        raise StorageError(f"storage URL {url!r} is malformed ({type(exc).__name__})",
+        raise StorageError(f"storage URL {redact_url(url)!r} is malformed ({type(exc).__name__})",
                            "use sqlite:///trials.db or postgresql://user:pass@host/db") from exc
     except sqlalchemy.exc.OperationalError as exc:
         reason = str(exc.orig).strip().splitlines()[0] if exc.orig else "unreachable"
         raise StorageError(f"storage {_safe_url(url)} is unreachable: {reason}",
                            "check that the database server runs and the URL is right") from exc
+    except sqlalchemy.exc.DatabaseError as exc:  # e.g. SQLite's "file is not a database"
+        reason = str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__
+        raise StorageError(f"storage {_safe_url(url)} cannot be read: {reason}",
+                           "pass --storage with the database the run used") from exc
     except ModuleNotFoundError as exc:
         raise StorageError(f"the driver for {_safe_url(url)} is not installed ({exc.name})",
                            "pip install 'tuner[postgres]'") from exc
-    raise AssertionError("unreachable")
 
 
 def _safe_url(url: str) -> str:
