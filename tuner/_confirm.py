@@ -2,6 +2,7 @@
 
 One lucky measurement must not pick the winner: every re-measurement is a fresh server, and a
 candidate that fails the gate in any of them is out.
+How sure the ranking is (tuner/_certainty.py) is stored with the confirmations, for every screen to say.
 """
 
 from __future__ import annotations
@@ -10,14 +11,19 @@ import os
 import shlex
 import statistics
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 import optuna
 
 from ._errors import NoEligibleTrialError, UsageError
+from ._certainty import compare
 from ._procs import free_port
-from ._results import CONFIRMATIONS_ATTR, CONFIRMED_ATTR, FIGURES, eligible, load_study, winner
+from ._progress import duration
+from ._results import (CONFIRMATIONS_ATTR, CONFIRMED_ATTR, FIGURES, VERSUS_ATTR, certainty_lines, distinct_ranked,
+                       eligible, load_study, winner)
 from ._space import ServerConfig
 from ._spec import parse_spec
 from ._trial import TrialContext, TrialPlan, run_trial
@@ -56,15 +62,7 @@ def confirm(storage: str, study_name: str | None, top: int, repeats: int, workdi
         raise NoEligibleTrialError(f"study {study.study_name!r} has no trial that passed every gate",
                                    "run more trials first")
     maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
-    candidates.sort(key=lambda t: t.value, reverse=maximize)
-    seen: set[str] = set()
-    unique = []  # a reused trial repeats the value of the one it copied: measure each config once
-    for t in candidates:
-        key = t.user_attrs.get("config_key", str(t.number))
-        if key not in seen:
-            seen.add(key)
-            unique.append(t)
-    candidates = unique[:top]
+    candidates = distinct_ranked(study)[:top]
     spec = parse_spec(study.user_attrs["space_source"], "<stored space>")
     command = tuple(study.user_attrs.get("server_command") or get_engine(spec.engine).default_command)
     env = {**os.environ, **spec.server.env}
@@ -77,11 +75,15 @@ def confirm(storage: str, study_name: str | None, top: int, repeats: int, workdi
     ctx = TrialContext(spec, get_engine(spec.engine), command, base_env=env)
     metric = spec.objective.metric
     results = []
+    progress = _Progress(len(candidates) * repeats, stream)
+    print(f"confirm: trials {', '.join(str(t.number) for t in candidates)} on {repeats} fresh server(s) each, "
+          f"{progress.total} in all", file=stream)
     for t in candidates:
         values, failures, figures = [], [], []
         config = ServerConfig(t.user_attrs["flags"], t.user_attrs.get("env", {}))
         for r in range(repeats):
             folder = Path(workdir) / study.study_name / f"confirm-{t.number}-{r}"
+            started = time.monotonic()
             result = run_trial(ctx, TrialPlan(t.number, config, folder, free_port(spec.server.host),
                                               reference=study.user_attrs.get("reference")))
             if result.ok:
@@ -92,16 +94,19 @@ def confirm(storage: str, study_name: str | None, top: int, repeats: int, workdi
                     figures.append({name: level.metric(name) for name in FIGURES})
             else:
                 failures.append(result.failure.kind.value if result.failure else "stopped")
-            print(f"trial {t.number} repeat {r + 1}/{repeats}: "
-                  + (f"{values[-1]:.1f}" if result.ok else failures[-1]), file=stream)
+            progress.server_end(f"trial {t.number:>3} repeat {r + 1}/{repeats}: "
+                                + (f"{values[-1]:.1f}" if result.ok else failures[-1]), time.monotonic() - started)
         results.append(Confirmation(t.number, tuple(values), tuple(failures), tuple(figures)))
     qualified = [c for c in results if not c.failures and c.values]
     qualified.sort(key=lambda c: c.median, reverse=maximize)
+    # How sure the winner is to beat each other qualified candidate, stored with that candidate's runs.
+    versus = {c.number: compare(qualified[0].values, c.values, maximize).to_attr() for c in qualified[1:]}
     study.set_user_attr(CONFIRMATIONS_ATTR, {
         str(c.number): {"values": list(c.values), "failures": list(c.failures),
                         "median": c.median if c.values else None,
                         "figures": {name: statistics.median(f[name] for f in c.figures) for name in FIGURES}
-                        if c.figures else {}}
+                        if c.figures else {},
+                        **({VERSUS_ATTR: versus[c.number]} if c.number in versus else {})}
         for c in results})
     if not qualified:
         raise NoEligibleTrialError("no candidate passed every re-measurement", "inspect them with 'tuner show'")
@@ -111,7 +116,33 @@ def confirm(storage: str, study_name: str | None, top: int, repeats: int, workdi
     for c in sorted(results, key=lambda c: (bool(c.failures), -c.median if maximize else c.median)):
         runs = ", ".join(f"{v:.1f}" for v in c.values) + (f" failed: {', '.join(c.failures)}" if c.failures else "")
         print(f"{c.number:>5}  {first[c.number]:>10.1f}  {c.median:>10.1f}  {c.spread:>6.1%}  {runs}", file=stream)
-    print(f"winner: {winner(study).describe(metric)}", file=stream)
-    at = "".join(f" {shlex.quote(arg)}" for arg in target_args(storage, study, workdir))  # this study, not another
+    best = winner(study)
+    print(f"winner: {best.describe(metric)}", file=stream)
+    where = shlex.join(target_args(storage, study, workdir))  # this study, not another: every suggested command
+    for line in certainty_lines(study, best, where):
+        print(f"  {line}", file=stream)
+    print(f"confirm took {duration(time.monotonic() - progress.started)} for {progress.total} server(s)", file=stream)
+    at = f" {where}" if where else ""
     print(f"next: python -m tuner export{at} (writes it with these medians), python -m tuner report{at}", file=stream)
     return results
+
+
+class _Progress:
+    """One line per fresh server, as `run` prints one per trial: which of how many, its outcome, the time so far
+    and an estimate of the time left (the median server time so far times the servers left)."""
+
+    def __init__(self, total: int, stream: TextIO) -> None:
+        self.total, self.stream = total, stream
+        self.done = 0
+        self.seconds: list[float] = []
+        self.started = time.monotonic()
+
+    def server_end(self, outcome: str, seconds: float) -> None:
+        self.done += 1
+        self.seconds.append(seconds)
+        left = self.total - self.done
+        times = f"{duration(time.monotonic() - self.started)} elapsed"
+        if left:
+            times += f", ~{duration(statistics.median(self.seconds) * left)} left"
+        print(f"[{self.done:>{len(str(self.total))}}/{self.total}] {outcome:<40} {seconds:5.1f}s  {times}",
+              file=self.stream, flush=True)

@@ -17,7 +17,8 @@ import yaml
 
 from ._ratesearch import slo_text
 from ._redact import redact_argv, redact_env, redact_url
-from ._results import Winner, load_study, objective_metric, pareto_front, winner
+from ._results import Winner, certainty_lines, load_study, objective_metric, pareto_front, winner
+from ._which_study import target_args
 from .engines import flag_argv, get_engine
 
 
@@ -71,7 +72,7 @@ DEPLOY_ADDRESS = ["--host", "0.0.0.0", "--port", "30000"]
 
 
 def render(study: optuna.Study, best: Winner, fmt: str, script: str | None = None,
-           config_name: str = "best.yaml") -> str:
+           config_name: str = "best.yaml", certainty: list[str] | None = None) -> str:
     trial = best.trial
     attrs = trial.user_attrs
     engine = _engine(study, trial)
@@ -80,7 +81,9 @@ def render(study: optuna.Study, best: Winner, fmt: str, script: str | None = Non
     if fmt == "json":
         record = {"study": study.study_name, "number": trial.number, "state": trial.state.name,
                   "values": trial.values, "params": trial.params, "user_attrs": attrs,
-                  "confirmed": best.confirmed, "figures": best.figures, "confirm_runs": list(best.runs)}
+                  "confirmed": best.confirmed, "figures": best.figures, "confirm_runs": list(best.runs),
+                  "confirm_rivals": [{"number": r.number, "median": r.median, "runs": r.runs, **r.versus.to_attr(),
+                                      "within_noise": r.versus.within_noise} for r in best.rivals]}
         return json.dumps(record, indent=2, default=str) + "\n"
     if fmt == "cmd":
         return " ".join([f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())]
@@ -88,7 +91,7 @@ def render(study: optuna.Study, best: Winner, fmt: str, script: str | None = Non
     in_file, launch_line = _spelled(study, trial)
     body = yaml.safe_dump(engine.config_file(in_file, model), sort_keys=False, default_flow_style=False)
     return _header(study, best, env, launch_command(study, engine), flag_argv(launch_line), script,
-                   config_name) + body
+                   config_name, certainty or []) + body
 
 
 def render_script(study: optuna.Study, trial: optuna.trial.FrozenTrial, config: Path) -> str:
@@ -110,12 +113,13 @@ def render_script(study: optuna.Study, trial: optuna.trial.FrozenTrial, config: 
 
 
 def _header(study: optuna.Study, best: Winner, env: dict[str, str], command: list[str],
-            launch_argv: list[str], script: str | None, config_name: str) -> str:
+            launch_argv: list[str], script: str | None, config_name: str, certainty: list[str]) -> str:
     a = best.trial.user_attrs
     metric = objective_metric(study)
     metrics = ", ".join(f"{k} {v:.1f}" for k, v in best.figures.items())
     lines = [
         f"Best configuration of study '{study.study_name}': {best.describe(metric)}",
+        *(f"  {line}" for line in certainty),
         f"{'medians' if best.confirmed else 'metrics'} at concurrency {a.get('concurrency', '?')}: {metrics}",
         *_rate_lines(a.get("rate_search")),
         f"correctness gate passed: {', '.join(a.get('gate_checks', [])) or 'none run'}; re-checked after load",
@@ -153,7 +157,8 @@ def _rate_lines(search: dict | None) -> list[str]:
 def export(storage: str, study_name: str | None, out: str | None, fmt: str, number: int | None,
            notes: Sequence[str] = ()) -> Path | None:
     """Write the winner (or trial `number`) to `out`, or to stdout. The first line on stderr names the study and
-    the trial, so that nobody deploys another study's winner unawares; `notes` (how the study was chosen) follow it.
+    the trial, so that nobody deploys another study's winner unawares; how sure confirm is of it (certainty_lines)
+    and `notes` (how the study was chosen) follow it.
     The command that launches it goes to stdout where the file went elsewhere, else to stderr: stdout then holds
     the file and nothing else."""
     study = load_study(storage, study_name)
@@ -161,11 +166,13 @@ def export(storage: str, study_name: str | None, out: str | None, fmt: str, numb
     trial = best.trial
     path = None if out == "-" or (out is None and fmt != "yaml") else Path(out or "best.yaml")
     script = path.with_suffix(".sh") if path is not None and fmt == "yaml" and needs_script(study, trial) else None
-    text = render(study, best, fmt, script.name if script else None, path.name if path else "best.yaml")
+    certainty = certainty_lines(study, best, shlex.join(target_args(storage, study)))
+    text = render(study, best, fmt, script.name if script else None, path.name if path else "best.yaml", certainty)
     described = best.describe(objective_metric(study))
     origin = f"study '{study.study_name}' ({redact_url(storage)})"
     if path is None:
-        print(f"{origin}: {described}; written to stdout", *notes, sep="\n", file=sys.stderr)
+        print(f"{origin}: {described}; written to stdout", *(f"  {line}" for line in certainty), *notes, sep="\n",
+              file=sys.stderr)
         _pareto_lines(study, number)
         if fmt != "cmd":  # the command line itself is what stdout gets
             print(f"launch it with: {_launch_line(study, trial, fmt, script, 'FILE')}"
@@ -176,8 +183,8 @@ def export(storage: str, study_name: str | None, out: str | None, fmt: str, numb
     if script is not None:
         _write_atomically(script, render_script(study, trial, path))
         script.chmod(0o755)
-    print(f"{origin}: wrote {path}{f' and {script}' if script else ''}: {described}", *notes, sep="\n",
-          file=sys.stderr)
+    print(f"{origin}: wrote {path}{f' and {script}' if script else ''}: {described}",
+          *(f"  {line}" for line in certainty), *notes, sep="\n", file=sys.stderr)
     _pareto_lines(study, number)
     print("launch it with:", file=sys.stderr, flush=True)
     print(_launch_line(study, trial, fmt, script, str(path)), flush=True)

@@ -109,9 +109,10 @@ def duration(seconds: float) -> str:
 
 def summary(study: optuna.Study, spec: Spec, top: int = 5, dashboard: str | None = None,
             where: str = "") -> str:
-    """The run's last screen: what happened, the winner (as export and show name it), what to do next."""
+    """The run's last screen: what happened, the winner (as export and show name it), what to do next.
+    `where`: the --storage and --study every suggested command carries (_which_study.target_args)."""
     from ._errors import NoEligibleTrialError
-    from ._results import versus_baseline, winner
+    from ._results import certainty_lines, versus_baseline, winner
 
     trials = study.get_trials(deepcopy=False)
     metric = spec.objective.metric
@@ -134,6 +135,7 @@ def summary(study: optuna.Study, spec: Spec, top: int = 5, dashboard: str | None
         return "\n".join(lines + ["no trial qualified: nothing to export; widen the space or look at "
                                   f"'python -m tuner show{at} --failed'"])
     lines.append(f"winner: {best.describe(metric)}")
+    lines += [f"  {line}" for line in certainty_lines(study, best, where)]
     gain = versus_baseline(study, best, metric)
     if gain:
         lines.append(f"  {gain}")

@@ -27,8 +27,9 @@ from optuna.trial import FrozenTrial, TrialState
 from ._errors import NoEligibleTrialError, UsageError
 from ._export import launch_argv
 from ._ratesearch import slo_text
-from ._results import CONFIRMED_ATTR, eligible, load_study, versus_baseline, winner
+from ._results import CONFIRMED_ATTR, certainty_lines, eligible, load_study, versus_baseline, winner
 from ._show import failure_breakdown
+from ._which_study import target_args
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 STAGES = ("launch", "readiness", "server_info", "gate", "probe", "recheck", "teardown")
@@ -52,6 +53,7 @@ class Report:
     study: optuna.Study
     trials: list[FrozenTrial]
     charts: list[Chart] = field(default_factory=list)
+    where: str = ""  # --storage and --study that name the study in a suggested command (target_args)
 
 
 # -- entry point --------------------------------------------------------------------------------------------
@@ -72,7 +74,7 @@ def report(storage: str, study_name: str | None, out: str | os.PathLike = "repor
         raise UsageError(f"cannot write the report into {out}: {exc.strerror or exc}",
                          "pass --out with a folder you can write") from exc
     try:
-        rep = Report(study, trials)
+        rep = Report(study, trials, where=shlex.join(target_args(storage, study)))
         rep.charts = [
             _history(plt, rep, tmp),
             _pareto(plt, rep, tmp),
@@ -469,7 +471,7 @@ def _html(rep: Report) -> str:
         "by <code>python -m tuner report</code></td></tr>",
         "</table>",
     ]
-    parts += _winner_html(study)
+    parts += _winner_html(rep)
     parts.append("<h2>Charts</h2>")
     for chart in rep.charts:
         parts.append(f'<h3 id="{chart.name}">{e(chart.title)}</h3>')
@@ -484,8 +486,8 @@ def _html(rep: Report) -> str:
     return "\n".join(parts) + "\n"
 
 
-def _winner_html(study: optuna.Study) -> list[str]:
-    e = html.escape
+def _winner_html(rep: Report) -> list[str]:
+    study, e = rep.study, html.escape
     try:
         best = winner(study)
     except NoEligibleTrialError:
@@ -498,6 +500,9 @@ def _winner_html(study: optuna.Study) -> list[str]:
     gain = versus_baseline(study, best, metric)
     out = ["<h2>Best configuration</h2>",
            f'<p class="ok">Winner: {e(best.describe(metric))}</p>',
+           *(f"<p><code>{e(line.strip())}</code></p>" if line.startswith("  ") else
+             f'<p class="{"bad" if line.startswith("within the noise") else "note"}">{e(line)}</p>'
+             for line in certainty_lines(study, best, rep.where)),
            f"<p>{'Medians' if best.confirmed else 'Metrics'}: {e(metrics)}" + (f"; {e(gain)}" if gain else "")
            + "</p>",
            f"<p>Launched as: <code>{e(shlex.join(launch_argv(study, best.trial)))}</code></p>",

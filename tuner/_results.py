@@ -2,20 +2,33 @@
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from ._certainty import SURE, Comparison
 from ._errors import NoEligibleTrialError, StorageError
 from ._redact import redact_url
 from ._study import open_storage, stored_study_names
 
 CONFIRMED_ATTR = "confirmed_winner"
 CONFIRMATIONS_ATTR = "confirmations"
+# Each other qualified candidate's confirmation holds, under this key, how it compares with the winner.
+VERSUS_ATTR = "versus_winner"
 # The figures an export header and the winner's line report, measured per run and confirmed as medians.
 FIGURES = ("output_throughput", "total_throughput", "p99_ttft_ms", "p99_itl_ms")
+
+
+@dataclass(frozen=True)
+class Rival:
+    """Another confirmed candidate, and how sure confirm is that the winner beats it."""
+    number: int
+    median: float
+    runs: int
+    versus: Comparison
 
 
 @dataclass(frozen=True)
@@ -27,6 +40,12 @@ class Winner:
     figures: dict[str, float]
     runs: tuple[float, ...] = ()  # the objective's value per re-measurement
     spread: float = 0.0  # (max - min) / median of the runs
+    rivals: tuple[Rival, ...] = ()  # the other qualified candidates of the confirmation, closest first
+
+    @property
+    def within_noise(self) -> tuple[Rival, ...]:
+        """The rivals the winner is not reliably better than."""
+        return tuple(r for r in self.rivals if r.versus.within_noise)
 
     def describe(self, metric: str) -> str:
         value = self.figures.get(metric)
@@ -74,7 +93,57 @@ def winner(study: optuna.Study, number: int | None = None) -> Winner:
     figures: dict[str, Any] = {**first_run, **confirmation.get("figures", {})}
     if len(study.directions) == 1:
         figures[objective_metric(study)] = median
-    return Winner(trial, True, figures, runs, (max(runs) - min(runs)) / median if median else 0.0)
+    rivals = sorted((Rival(int(n), float(c["median"]), len(c["values"]), Comparison.from_attr(c[VERSUS_ATTR]))
+                     for n, c in study.user_attrs[CONFIRMATIONS_ATTR].items() if c and c.get(VERSUS_ATTR)),
+                    key=lambda r: r.versus.lead)
+    return Winner(trial, True, figures, runs, (max(runs) - min(runs)) / median if median else 0.0, tuple(rivals))
+
+
+def certainty_lines(study: optuna.Study, best: Winner, where: str = "") -> list[str]:
+    """What every screen that names a confirmed winner says under it: how sure confirm is that it beats the
+    runner-up (and any other candidate it is within the noise of) and, when it is not sure, the command that
+    re-measures them with more repeats. `where`: the --storage and --study that name this study, shell-quoted, as
+    _which_study.target_args gives them for every suggested command ("" where a plain command finds it)."""
+    if not best.confirmed or not best.rivals:
+        return []
+    n = best.trial.number
+    runner_up = best.rivals[0]
+    shown = [runner_up, *(r for r in best.within_noise if r is not runner_up)]
+    lines = [f"vs trial {r.number} (median {r.median:,.1f}): ahead by {r.versus.lead:+.1%} "
+             f"(80% interval {r.versus.low:+.1%} to {r.versus.high:+.1%}), P(trial {n} better) "
+             f"{r.versus.p_better:.2f} by a bootstrap over {len(best.runs)} and {r.runs} runs" for r in shown]
+    tied = best.within_noise
+    if tied:
+        others = " and ".join(f"trial {r.number}" for r in tied)
+        lines += [f"within the noise: trial {n} is not reliably better than {others} (P < {SURE}); either will do, "
+                  "or tell them apart with more repeats:",
+                  f"  {more_repeats_command(study, best, tied, where)}"]
+    return lines
+
+
+def more_repeats_command(study: optuna.Study, best: Winner, tied: tuple[Rival, ...], where: str = "") -> str:
+    """`confirm` re-measuring the winner and the tied rivals with twice the repeats (at least 6: the interval
+    narrows as 1/sqrt(runs)), then `where` (--storage, --study). --top is the smallest that takes them all, as
+    confirm ranks by first runs."""
+    wanted = {best.trial.number, *(r.number for r in tied)}
+    ranked = [t.number for t in distinct_ranked(study)]
+    top = max((ranked.index(k) + 1 for k in wanted if k in ranked), default=len(wanted))
+    argv = ["python", "-m", "tuner", "confirm", "--top", str(top), "--repeats", str(max(6, 2 * len(best.runs)))]
+    return " ".join([shlex.join(argv), *([where] if where else [])])
+
+
+def distinct_ranked(study: optuna.Study) -> list[FrozenTrial]:
+    """The eligible trials best first by their one measurement, one per configuration: the order in which
+    `confirm --top K` takes them (a reused trial repeats the value of the one it copied)."""
+    maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
+    seen: set[str] = set()
+    out = []
+    for t in sorted(eligible(study), key=lambda t: t.value, reverse=maximize):
+        key = t.user_attrs.get("config_key", str(t.number))
+        if key not in seen:
+            seen.add(key)
+            out.append(t)
+    return out
 
 
 def load_study(storage_url: str, study_name: str | None) -> optuna.Study:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import textwrap
 from collections import Counter, defaultdict
@@ -11,7 +12,8 @@ from optuna.trial import FrozenTrial, TrialState
 from ._errors import NoEligibleTrialError
 from ._progress import fit, format_value, table
 from ._redact import redact_url
-from ._results import load_study, objective_metric, winner
+from ._results import certainty_lines, load_study, objective_metric, winner
+from ._which_study import target_args
 
 # Each column one precision: throughput to 0.1 tok/s, TTFT to the ms, ITL to 0.1 ms, time to 0.1 s.
 _METRICS = (("out tok/s", "output_throughput", "{:.1f}"), ("p99 TTFT ms", "p99_ttft_ms", "{:.0f}"),
@@ -62,9 +64,18 @@ def show(storage: str, study_name: str | None, sort: str = "value", failed_only:
         flags = " ".join(f"{k}={format_value(v)}" for k, v in best.trial.params.items())
         parts.append("\n".join(textwrap.fill(line, width=width, subsequent_indent="  ", break_on_hyphens=False)
                                for line in (f"winner: {best.describe(metric)}", f"  {flags}")))
+        parts[-1] += _certainty(study, best, shlex.join(target_args(storage, study)), width)
     parts.append(failure_breakdown(everything, width))
     parts.append(_messages(trials, width))
     return "\n\n".join(p for p in parts if p)
+
+
+def _certainty(study, best, where: str, width: int) -> str:
+    """How sure confirm is of the winner; a suggested command (carrying `where`: --storage, --study) stays on one
+    line, to be copied whole."""
+    return "".join("\n  " + (line if line.startswith("  ") else textwrap.fill(
+        line, width=width - 2, subsequent_indent="    ", break_on_hyphens=False, break_long_words=False))
+                   for line in certainty_lines(study, best, where))
 
 
 def _cell(value, fmt: str) -> str:
