@@ -202,7 +202,11 @@ def _rewrite(text: str, spec: Spec, plan: Plan, to: str, header: list[str]) -> s
 
 
 def _comment(lines: list[str]) -> str:
-    return "".join(f"# {line}\n" for line in lines)
+    import textwrap
+
+    wrapped = [part for line in lines
+               for part in textwrap.wrap(line, 110, break_long_words=False, break_on_hyphens=False)]
+    return "".join(f"# {line}\n" for line in wrapped)
 
 
 def _version_after_engine(data: dict[str, Any]) -> dict[str, Any]:
