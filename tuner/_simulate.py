@@ -18,7 +18,9 @@ _TEST_ONLY = {"instant"}
 def choose_profile(spec: Spec, space_path: Path, requested: str) -> str:
     """The profile named on the command line; else the one the space names (`sim-profile:`); else the shipped
     profile named like the space (its `name:` or file name) if it speaks the SGLang version the space declares;
-    else the first shipped one whose SGLang version takes every flag and choice of the space."""
+    else the shipped one (of that version, where the space declares one) whose version takes the space best:
+    every flag and choice where one does, else the fewest failing, so that the check then says which flag of the
+    space is wrong (a typo gets its "did you mean") instead of that no profile fits."""
     from .sim._profile import shipped_profiles
 
     if requested != AUTO:
@@ -31,12 +33,13 @@ def choose_profile(spec: Spec, space_path: Path, requested: str) -> str:
     for name in (spec.name, space_path.stem):
         if name in shipped and spec.sglang_version in (None, profile_version(name)):
             return name
-    for name in shipped:
-        if name not in _TEST_ONLY and not check_flags(spec, version_help(profile_version(name))).errors:
-            return name
-    raise UsageError(f"no shipped simulator profile takes every flag of {space_path}",
-                     f"pass --simulate NAME (shipped: {', '.join(shipped)}) or a profile file, "
-                     "or name one in the space (sim-profile: NAME)")
+    candidates = [name for name in shipped if name not in _TEST_ONLY
+                  and spec.sglang_version in (None, profile_version(name))]
+    if not candidates:
+        raise UsageError(f"no shipped simulator profile speaks SGLang {spec.sglang_version}, which {space_path} "
+                         "declares (sglang-version)", f"pass --simulate NAME (shipped: {', '.join(shipped)}) or a "
+                         "profile file, or name one in the space (sim-profile: NAME)")
+    return min(candidates, key=lambda name: len(check_flags(spec, version_help(profile_version(name))).errors))
 
 
 def profile_version(name: str) -> str:
