@@ -71,8 +71,7 @@ class Prepared:
     def checked_against(self) -> str:
         said = [f"simulator profile {self.profile}"] if self.profile else []
         if self.server_version is not None and self.server_version.version:
-            said.append(f"SGLang {self.server_version.version}" if self.spec.engine == "sglang"
-                        else f"version {self.server_version.version}")
+            said.append(self.server_version.describe())
         return f"'{' '.join(self.command)} --help'" + (f" ({', '.join(said)})" if said else "")
 
 

@@ -29,17 +29,29 @@ if version is None:
     import importlib.metadata as md
     dists = md.packages_distributions().get(name.partition(".")[0]) or []
     version = md.version(dists[0]) if dists else ""
-print(version)
+print(package or name, version)
 """
+
+# Packages whose version is an SGLang version: SGLang's, and the simulator's, which speaks its profile's.
+# Another engine of the SGLang family (sgl_jax) has versions of its own, which say nothing of SGLang's flags.
+SGLANG_PACKAGES = ("sglang", "tuner.sim")
 
 
 @dataclass(frozen=True)
 class ServerVersion:
     version: str | None
     why_unknown: str | None = None  # what kept the version from being read, when it was not
+    package: str | None = None  # the package that answered (sglang, tuner.sim, sgl_jax, ...)
+
+    @property
+    def sglang(self) -> str | None:
+        """The SGLang version, where the package is SGLang or speaks for it."""
+        return self.version if self.package in SGLANG_PACKAGES else None
 
     def describe(self) -> str:
-        return self.version or f"of an unknown version ({self.why_unknown})"
+        if self.version is None:
+            return f"of an unknown version ({self.why_unknown})"
+        return f"SGLang {self.version}" if self.sglang else f"{self.package} {self.version}"
 
 
 def probe_version(command: Sequence[str], env: Mapping[str, str], timeout: float = 300.0) -> ServerVersion:
@@ -53,7 +65,8 @@ def probe_version(command: Sequence[str], env: Mapping[str, str], timeout: float
     except (OSError, subprocess.TimeoutExpired) as exc:
         return ServerVersion(None, f"{command[0]} could not be asked: {type(exc).__name__}")
     lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines or not lines[-1].strip():
+    package, _, version = (lines[-1] if lines else "").strip().partition(" ")
+    if done.returncode != 0 or not version.strip():
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         return ServerVersion(None, f"{command[0]} could not tell: {last.strip()[:160]}")
-    return ServerVersion(lines[-1].strip())
+    return ServerVersion(version.strip(), package=package)

@@ -36,14 +36,15 @@ def add_verdict(report: CheckReport, spec: Spec, space_path: Path, server: Serve
     written = written_for(spec)
     if server is None or written is None:
         return
-    if server.version is None:
+    running = server.sglang
+    if running is None:
         if report.errors and spec.sglang_version:
             report.hint = f"{space_path} is written for SGLang {written}; the server is {server.describe()}"
         return
-    if server.version == written:
+    if running == written:
         return
     sim = f" (simulator profile {profile})" if profile is not None else ""
-    what = f"{space_path} is written for SGLang {written} and the server is SGLang {server.version}{sim}"
+    what = f"{space_path} is written for SGLang {written} and the server is SGLang {running}{sim}"
     fixes = []
     if profile is not None:
         from ._simulate import profiles_of
@@ -52,8 +53,8 @@ def add_verdict(report: CheckReport, spec: Spec, space_path: Path, server: Serve
         if same:
             fixes.append(f"pass --simulate NAME with a profile of SGLang {written} ({', '.join(same)})")
     known = versions()
-    if written in known and server.version in known:
-        fixes.append(f"rewrite it with: {upgrade_command(space_path, written, server.version)}")
+    if written in known and running in known:
+        fixes.append(f"rewrite it with: {upgrade_command(space_path, written, running)}")
     elif not fixes:
         fixes.append(f"rename the flags by hand: the tuner has the flags of SGLang {' and '.join(known)} only")
     text = f"{what}: {', or '.join(fixes)}"
