@@ -6,6 +6,7 @@ The server command's `--help` is the truth: it lists every flag and its choices 
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -68,8 +69,10 @@ def server_help(command: Sequence[str], env: Mapping[str, str], timeout: float =
         missing = _MISSING_MODULE.search(last)
         if missing:
             # `python -m sglang.launch_server` where that Python has no SGLang: the engine is not installed.
-            raise UsageError(f"the server command '{' '.join(command)}' cannot start: {command[0]} has no module "
-                             f"{missing.group(1)} ({last.strip()})",
+            found = shutil.which(command[0], path=env.get("PATH"))
+            where = f" ({found})" if found and found != command[0] else ""
+            raise UsageError(f"the server command '{' '.join(command)}' cannot start: {command[0]}{where} has no "
+                             f"module {missing.group(1)}",
                              "install the engine for that Python (pip install -e '.[gpu]' for SGLang) or point "
                              "server.command at the Python that has it")
         raise UsageError(f"'{' '.join(command)} --help' failed (exit {done.returncode}): {last}",
