@@ -22,6 +22,7 @@ SPACES = {
     "unsatisfiable": (FAULT_SPACE + "constraints:\n  - product: [tp-size]\n    max: 0\n", "no configuration"),
     "baseline-outside": (FAULT_SPACE.replace("baseline: {schedule-conservativeness: 1.0}",
                                              "baseline: {schedule-conservativeness: 9.0}"), "outside the space"),
+    "version-a-number": (FAULT_SPACE + "sglang-version: 0.6\n", 'sglang-version: must be a string, got the number 0.6; quote it: "0.6"'),
     "unknown-flag": (FAULT_SPACE.replace("  schedule-conservativeness:", "  schedule-conservativness:")
                      .replace("baseline: {schedule-conservativeness: 1.0}", ""), "did you mean"),
 }
