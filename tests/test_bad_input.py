@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import socket
+import sys
 
 import pytest
 
@@ -20,6 +22,7 @@ SPACES = {
     "unsatisfiable": (FAULT_SPACE + "constraints:\n  - product: [tp-size]\n    max: 0\n", "no configuration"),
     "baseline-outside": (FAULT_SPACE.replace("baseline: {schedule-conservativeness: 1.0}",
                                              "baseline: {schedule-conservativeness: 9.0}"), "outside the space"),
+    "version-a-number": (FAULT_SPACE + "sglang-version: 0.6\n", 'sglang-version: must be a string, got the number 0.6; quote it: "0.6"'),
     "unknown-flag": (FAULT_SPACE.replace("  schedule-conservativeness:", "  schedule-conservativness:")
                      .replace("baseline: {schedule-conservativeness: 1.0}", ""), "did you mean"),
 }
@@ -68,7 +71,10 @@ def test_server_command_not_found(tuner):
 @pytest.mark.parametrize("url, expected", [
     ("trials.db", "is not a URL"),
     ("nosuchdb://x/y", "malformed"),
-    ("sqlite:////no/such/folder/trials.db", "unreachable"),
+    # SQLite is a file: no word of a database server; a missing folder is named (SQLite makes the file only).
+    ("sqlite:////no/such/folder/trials.db", "the folder /no/such/folder of the SQLite file"),
+    ("sqlite:///nope/x.db", "the folder nope ("),
+    ("sqlite:///space.yaml", "cannot be opened: file is not a database"),
     ("postgresql+psycopg2://tuner:secret@127.0.0.1:1/tuner", "unreachable"),
 ])
 def test_bad_storage_url(tuner, url, expected):
@@ -76,6 +82,21 @@ def test_bad_storage_url(tuner, url, expected):
     done = tuner.run("run", "--trials", "3", "--space", str(path), "--simulate", "instant", "--storage", url)
     assert_refused(done, expected, tuner)
     assert "secret" not in done.stderr
+    assert ("database server" in done.stderr) == url.startswith("postgresql"), done.stderr
+    assert "mkdir -p" in done.stderr or "folder" not in expected
+
+
+def test_missing_engine_is_named_before_a_missing_model_folder(tuner):
+    """Without SGLang installed, `check` says so first, not that the model folder is missing (it said only that
+    until a folder existed)."""
+    if importlib.util.find_spec("sglang") is not None:
+        pytest.skip("this Python has SGLang: the case is a Python without it")
+    path = tuner.space(FAULT_SPACE.replace("server:\n", f"server:\n  command: [{sys.executable}, -m, sglang.launch_server]\n")
+                       .replace("model-path: /models/instant", "model-path: ./no-such-model"))
+    for command in ("check", "run"):
+        done = tuner.run(command, *(["--trials", "1"] if command == "run" else []), "--space", str(path))
+        assert_refused(done, "has no module sglang", tuner)
+        assert "model path" not in done.stderr and "pip install -e '.[gpu]'" in done.stderr
 
 
 def test_study_with_a_changed_space_is_refused_unless_told(tuner):

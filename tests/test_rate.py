@@ -9,7 +9,7 @@ import optuna
 import pytest
 from optuna_dashboard._note import get_note_from_system_attrs
 
-from conftest import instant_space
+from conftest import REPO, instant_space
 from sim.simproc import SimFactory
 from test_bad_input import assert_refused
 from tuner._arrivals import send_offsets
@@ -192,3 +192,22 @@ def test_max_rate_under_slo_end_to_end_on_the_8b_profile(tuner):
 def test_bad_slo_settings_are_refused_in_one_line(tuner, objective, expected):
     path = tuner.space(instant_space("bad") + f"objective: {objective}\n")
     assert_refused(tuner.run("run", "--trials", "1", "--space", str(path), "--simulate", "instant"), expected, tuner)
+
+
+def test_shipped_rate_space_loads_and_runs_under_simulate(tuner):
+    """search_spaces/llama3-8b-h200-rate.yaml, the shipped space of the rate objective: it passes the check
+    against its simulated twin, and one trial of it (its search cut to a few one-second rates, so that the
+    test is cheap; nothing else changed) finds a rate."""
+    shipped = REPO / "search_spaces" / "llama3-8b-h200-rate.yaml"
+    done = tuner.run("check", "--simulate", "--space", str(shipped))
+    assert done.returncode == 0 and "(simulator profile llama3-8b-h200, SGLang 0.5.23)" in done.stdout, done.stdout
+    text = shipped.read_text()
+    short = text.replace("seconds-per-rate: 30", "seconds-per-rate: 1").replace("search-budget: 600", "search-budget: 6")
+    assert short.count("\n") == text.count("\n") and short != text
+    space = tuner.space(short, "rate.yaml")
+    done = tuner.run("run", "--trials", "1", "--simulate", "--space", str(space), env={"TUNER_SIM_TIME_SCALE": "0.1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    t = tuner.study("llama3-8b-h200-rate").trials[0]
+    assert t.user_attrs["failure_kind"] == "none", t.user_attrs.get("failure_message")
+    assert t.value == t.user_attrs["rate_search"]["rate"] > 0
+    assert tuner.leftovers() == {}

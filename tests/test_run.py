@@ -135,23 +135,25 @@ def test_simulate_follows_the_space(tuner):
     its SGLang version; a flag error against the simulator names the profile and `--simulate NAME`."""
     done = tuner.run("check", "--simulate", "--space", "search_spaces/default.yaml")  # generic 0.5.23 flags
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "(simulator profile llama3-70b-8xh200)" in done.stdout
+    assert "(simulator profile llama3-70b-8xh200, SGLang 0.5.23)" in done.stdout
     done = tuner.run("check", "--simulate", "--space", "search_spaces/llama3-8b-h200.yaml")  # named like it
-    assert done.returncode == 0 and "(simulator profile llama3-8b-h200)" in done.stdout, done.stdout
+    assert done.returncode == 0 and "(simulator profile llama3-8b-h200, SGLang 0.5.23)" in done.stdout, done.stdout
     run = tuner.run("run", "--trials", "1", "--simulate", "--space", "search_spaces/llama3-8b-h200.yaml", env=SIM_FAST)
-    assert run.returncode == 0 and "(simulator profile llama3-8b-h200)" in run.stderr, run.stderr[-3000:]
+    assert run.returncode == 0 and "(simulator profile llama3-8b-h200, SGLang 0.5.23)" in run.stderr, run.stderr[-3000:]
     assert tuner.study("llama3-8b-h200").trials[0].user_attrs["feasible"] is True
     named = tuner.space((REPO / "search_spaces/default.yaml").read_text() + "sim-profile: llama3-8b-h200\n",
                         "named.yaml")
     done = tuner.run("check", "--simulate", "--space", str(named))
-    assert done.returncode == 0 and "(simulator profile llama3-8b-h200)" in done.stdout, done.stdout
+    assert done.returncode == 0 and "(simulator profile llama3-8b-h200, SGLang 0.5.23)" in done.stdout, done.stdout
     # A profile of the other version, named on purpose: each error once, on stdout, and what to do about it.
     done = tuner.run("check", "--simulate", "glm5-nvfp4-sm120", "--space", "search_spaces/default.yaml")
     assert done.returncode == 2 and done.stderr == ""
     errors = [line for line in done.stdout.splitlines() if line.startswith("error: ")]
     assert len(errors) == len(set(errors)) == 2, done.stdout
-    assert done.stdout.splitlines()[-1].startswith("hint: the simulated server is profile 'glm5-nvfp4-sm120' "
-                                                   "(SGLang 0.5.6): pass --simulate NAME")
+    assert done.stdout.splitlines()[-1].startswith(
+        "hint: search_spaces/default.yaml is written for SGLang 0.5.23 and the server is SGLang 0.5.6 (simulator "
+        "profile glm5-nvfp4-sm120): pass --simulate NAME with a profile of SGLang 0.5.23 (llama3-70b-8xh200, "
+        "llama3-8b-h200), or rewrite it with: python -m tuner space upgrade --to 0.5.6 search_spaces/default.yaml")
     run = tuner.run("run", "--trials", "1", "--simulate", "glm5-nvfp4-sm120", "--space", "search_spaces/default.yaml")
     assert run.returncode == 2 and run.stderr.count("\n") == 1 and "pass --simulate NAME" in run.stderr, run.stderr
 

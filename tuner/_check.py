@@ -6,28 +6,16 @@ The server command's `--help` is the truth: it lists every flag and its choices 
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from ._errors import FlagCheckError, UsageError
 from ._schema import did_you_mean
 from ._spec import Spec
-
-# Flags renamed between SGLang versions, both ways: the name to write instead when one is missing.
-RENAMES: Mapping[str, tuple[str, ...]] = {
-    "nsa-prefill-backend": ("dsa-prefill-backend",),
-    "nsa-decode-backend": ("dsa-decode-backend",),
-    "dsa-prefill-backend": ("nsa-prefill-backend",),
-    "dsa-decode-backend": ("nsa-decode-backend",),
-    "cuda-graph-max-bs": ("cuda-graph-max-bs-decode",),
-    "cuda-graph-bs": ("cuda-graph-bs-decode",),
-    "cuda-graph-max-bs-decode": ("cuda-graph-max-bs",),
-    "cuda-graph-bs-decode": ("cuda-graph-bs",),
-    "disable-decode-cuda-graph": ("disable-cuda-graph",),
-    "disable-cuda-graph": ("disable-decode-cuda-graph",),
-    "enable-nan-detection": ("env SGLANG_ENABLE_NAN_LOGITS_CHECK=1",),
-}
+from .engines._sglang_versions import RENAMES
 
 _OPTION = re.compile(r"(?<![\w-])(--[A-Za-z0-9][\w-]*)(?:[ =](\{[^}]*\}))?")
 
@@ -78,9 +66,29 @@ def server_help(command: Sequence[str], env: Mapping[str, str], timeout: float =
                          "check that the server command starts") from None
     if done.returncode != 0 or "--" not in done.stdout:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        missing = _MISSING_MODULE.search(last)
+        if missing:
+            # `python -m sglang.launch_server` where that Python has no SGLang: the engine is not installed.
+            found = shutil.which(command[0], path=env.get("PATH"))
+            where = f" ({found})" if found and found != command[0] else ""
+            raise UsageError(f"the server command '{' '.join(command)}' cannot start: {command[0]}{where} has no "
+                             f"module {missing.group(1)}",
+                             "install the engine for that Python (pip install -e '.[gpu]' for SGLang) or point "
+                             "server.command at the Python that has it")
         raise UsageError(f"'{' '.join(command)} --help' failed (exit {done.returncode}): {last}",
                          "check server.command and the environment it runs in")
     return done.stdout
+
+
+_MISSING_MODULE = re.compile(r"No module named '?([\w.]+)'?")
+
+
+@lru_cache(maxsize=None)
+def version_help(version: str) -> HelpFlags:
+    """The flags of an SGLang version the tuner ships a table of, as that version's --help lists them."""
+    from .sim._args import build_parser
+
+    return parse_help(build_parser(version).format_help())
 
 
 def check_flags(spec: Spec, help_flags: HelpFlags) -> CheckReport:
@@ -138,3 +146,10 @@ def raise_on_errors(report: CheckReport) -> None:
         first = report.errors[0]
         more = f" (and {len(report.errors) - 1} more: run 'python -m tuner check')" if len(report.errors) > 1 else ""
         raise FlagCheckError(first + more + (f"; {report.hint}" if report.hint else ""))
+
+
+def versions_taking(spec: Spec) -> list[str]:
+    """The SGLang versions the tuner has flag tables of that take every flag and choice of the space."""
+    from .engines._sglang_versions import versions
+
+    return [v for v in versions() if not check_flags(spec, version_help(v)).errors]

@@ -96,6 +96,15 @@ def _parser() -> argparse.ArgumentParser:
     read_storage_args(report)
     report.add_argument("--out", default="report", help="folder for index.html and its images (default: %(default)s)")
 
+    space = sub.add_parser("space", help="work on a space file (space upgrade: rewrite it for another SGLang version)")
+    upgrade = space.add_subparsers(dest="space_command", required=True).add_parser(
+        "upgrade", help="rewrite a space in another SGLang version's flags (renamed, deprecated, moved)")
+    upgrade.add_argument("file", metavar="SPACE", help="the space file to rewrite")
+    upgrade.add_argument("--to", required=True, metavar="VERSION", help="the SGLang version to write it for")
+    upgrade.add_argument("--from", dest="source", default=None, metavar="VERSION", help="the version it is written "
+                         "for (default: its sglang-version, else the one whose flags take all of it)")
+    upgrade.add_argument("--out", default=None, help="file to write (default: stdout)")
+
     show = sub.add_parser("show", help="table of trials and failure breakdown")
     read_storage_args(show)
     show.add_argument("--sort", default="value", help="value, number, time, or a metric name")
@@ -150,6 +159,11 @@ def _read(args: argparse.Namespace, target: Target) -> int:
         from ._export import export
 
         export(target.storage, target.study, args.out, args.format, args.trial, target.notes)
+        return 0
+    if args.command == "space":
+        from ._upgrade import upgrade_command
+
+        upgrade_command(args.file, args.to, args.source, args.out)
         return 0
     if args.command == "show":
         from ._show import show

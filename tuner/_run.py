@@ -23,11 +23,13 @@ from ._slots import SlotPool
 from ._progress import Progress, summary
 from ._last_run import write_last_run
 from ._redact import Redactor, redact_env, redact_url
-from ._simulate import AUTO, DEFAULT_PROFILE, choose_profile, profile_hint
+from ._server_version import ServerVersion, probe_version
+from ._simulate import AUTO, DEFAULT_PROFILE, choose_profile
 from ._spec import Spec, load_spec
 from ._study import heartbeat_settings, load_or_create, open_storage
 from ._teardown import end_orphans
 from ._trial import TrialContext
+from ._version_verdict import add_verdict
 from ._which_study import target_args
 from ._worker import Interrupted, Surplus, TrialBudget, Worker, fail_trials_of_dead_workers
 from .engines import get_engine
@@ -66,10 +68,14 @@ class Prepared:
     takes_config: bool = True  # the server's --help lists --config
     deprecated: frozenset[str] = frozenset()  # flags its --help calls deprecated
     profile: str | None = None  # the simulator's profile, when simulated
+    server_version: ServerVersion | None = None  # None where it was not asked
 
     @property
     def checked_against(self) -> str:
-        return f"'{' '.join(self.command)} --help'" + (f" (simulator profile {self.profile})" if self.profile else "")
+        said = [f"simulator profile {self.profile}"] if self.profile else []
+        if self.server_version is not None and self.server_version.version:
+            said.append(self.server_version.describe())
+        return f"'{' '.join(self.command)} --help'" + (f" ({', '.join(said)})" if said else "")
 
 
 def resolve_space_path(space: str | None, simulate: str | None) -> Path:
@@ -83,9 +89,12 @@ def resolve_space_path(space: str | None, simulate: str | None) -> Path:
     return DEFAULT_SPACE
 
 
-def prepare(space: str | None, simulate: str | None, model: str | None, strict: bool = True) -> Prepared:
+def prepare(space: str | None, simulate: str | None, model: str | None, strict: bool = True,
+            ask_version: bool = False) -> Prepared:
     """Load the space and check it against the server that will be launched; no storage is touched.
-    `simulate`: None for the real server, else a profile name or file, or AUTO (the space's profile)."""
+    `simulate`: None for the real server, else a profile name or file, or AUTO (the space's profile).
+    The server's version is asked (a second start of its Python) with `ask_version`, and where it matters: the
+    space declares one, or a flag failed (the cause may be the version)."""
     space_path = resolve_space_path(space, simulate)
     spec = load_spec(space_path)
     # Servers run inside their trial folder: relative paths must mean what they meant here.
@@ -105,14 +114,18 @@ def prepare(space: str | None, simulate: str | None, model: str | None, strict: 
         command = spec.server.command or engine.default_command
         if "/" in command[0]:
             command = (os.path.abspath(os.path.expanduser(command[0])), *command[1:])
-        _check_model_path(spec.server.model_path)
     help_flags = parse_help(server_help(command, env))
+    if simulate is None:
+        _check_model_path(spec.server.model_path)  # after the server command: a missing engine is said first
     report = check_flags(spec, help_flags)
-    if profile is not None and report.errors:
-        report.hint = profile_hint(profile)
+    server_version = None
+    if spec.engine == "sglang" and (ask_version or spec.sglang_version or report.errors):
+        server_version = probe_version(command, env)
+    add_verdict(report, spec, space_path, server_version, profile)
     if strict:
         raise_on_errors(report)
-    return Prepared(spec, tuple(command), env, report, "config" in help_flags.flags, help_flags.deprecated, profile)
+    return Prepared(spec, tuple(command), env, report, "config" in help_flags.flags, help_flags.deprecated, profile,
+                    server_version)
 
 
 def _with_model(spec: Spec, model: str) -> Spec:
@@ -387,7 +400,7 @@ def _fewest_gpus(spec: Spec, engine) -> int:
 
 def check(space: str | None, simulate: str | None, model: str | None, stream=sys.stdout) -> CheckReport:
     """Print every warning and error once (on `stream`) and the verdict; the caller exits 2 on errors."""
-    prepared = prepare(space, simulate, model, strict=False)
+    prepared = prepare(space, simulate, model, strict=False, ask_version=True)
     for w in prepared.report.warnings:
         print(f"warning: {w}", file=stream)
     for e in prepared.report.errors:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ._check import check_flags, parse_help
+from ._check import check_flags, version_help
 from ._errors import UsageError
 from ._spec import Spec
 
@@ -17,8 +17,10 @@ _TEST_ONLY = {"instant"}
 
 def choose_profile(spec: Spec, space_path: Path, requested: str) -> str:
     """The profile named on the command line; else the one the space names (`sim-profile:`); else the shipped
-    profile named like the space (its `name:` or file name); else the first shipped one whose SGLang version
-    takes every flag and choice of the space."""
+    profile named like the space (its `name:` or file name) if it speaks the SGLang version the space declares;
+    else the shipped one (of that version, where the space declares one) whose version takes the space best:
+    every flag and choice where one does, else the fewest failing, so that the check then says which flag of the
+    space is wrong (a typo gets its "did you mean") instead of that no profile fits."""
     from .sim._profile import shipped_profiles
 
     if requested != AUTO:
@@ -29,28 +31,26 @@ def choose_profile(spec: Spec, space_path: Path, requested: str) -> str:
         return spec.sim_profile
     shipped = shipped_profiles()
     for name in (spec.name, space_path.stem):
-        if name in shipped:
+        if name in shipped and spec.sglang_version in (None, profile_version(name)):
             return name
-    for name in shipped:
-        if name not in _TEST_ONLY and not check_flags(spec, parse_help(profile_help(name))).errors:
-            return name
-    raise UsageError(f"no shipped simulator profile takes every flag of {space_path}",
-                     f"pass --simulate NAME (shipped: {', '.join(shipped)}) or a profile file, "
-                     "or name one in the space (sim-profile: NAME)")
+    candidates = [name for name in shipped if name not in _TEST_ONLY
+                  and spec.sglang_version in (None, profile_version(name))]
+    if not candidates:
+        raise UsageError(f"no shipped simulator profile speaks SGLang {spec.sglang_version}, which {space_path} "
+                         "declares (sglang-version)", f"pass --simulate NAME (shipped: {', '.join(shipped)}) or a "
+                         "profile file, or name one in the space (sim-profile: NAME)")
+    return min(candidates, key=lambda name: len(check_flags(spec, version_help(profile_version(name))).errors))
 
 
-def profile_help(name: str) -> str:
-    """The simulated server's --help for a shipped profile: its SGLang version's."""
-    from .sim._args import build_parser
+def profile_version(name: str) -> str:
+    """The SGLang version a profile (a shipped name or a file) speaks."""
     from .sim._profile import load_profile
 
-    return build_parser(load_profile(name).sglang_version).format_help()
+    return load_profile(name).sglang_version
 
 
-def profile_hint(profile: str) -> str:
-    """For a flag error against the simulator: the cause is the profile's version, not the space."""
-    from .sim._profile import load_profile, shipped_profiles
+def profiles_of(version: str) -> list[str]:
+    """The shipped profiles (not the test-only ones) that speak an SGLang version."""
+    from .sim._profile import shipped_profiles
 
-    version = load_profile(profile).sglang_version
-    return (f"the simulated server is profile '{Path(profile).stem}' (SGLang {version}): pass --simulate NAME with a "
-            f"profile of the space's SGLang version (shipped: {', '.join(shipped_profiles())})")
+    return [name for name in shipped_profiles() if name not in _TEST_ONLY and profile_version(name) == version]

@@ -132,6 +132,7 @@ class Spec:
     source: str = ""  # the file's text, stored with the study so a changed space is noticed
     try_first: tuple[Mapping[str, Any], ...] = ()  # run right after the baseline
     sim_profile: str | None = None  # the simulator profile `--simulate` uses for this space
+    sglang_version: str | None = None  # the SGLang version whose flags the space is written in
 
 
 DEFAULT_GATE_PROMPTS = (
@@ -188,8 +189,26 @@ def parse_spec(text: str, origin: str = "<space>") -> Spec:
     probe = _parse_probe(top.section("probe"))
     objective = _parse_objective(top.section("objective"), probe)
     sim_profile = top.get("sim-profile", str, None)
+    sglang_version = _parse_sglang_version(top, engine)
     top.done(allowed=["help", "description"])
-    return Spec(name, engine, server, space, gate, probe, objective, text, tuple(try_first), sim_profile)
+    return Spec(name, engine, server, space, gate, probe, objective, text, tuple(try_first), sim_profile,
+                sglang_version)
+
+
+def _parse_sglang_version(top: Section, engine: str) -> str | None:
+    """`sglang-version: "0.5.6"`: which SGLang's flag names the space uses, so that `check` can say when the
+    server is another one (and `space upgrade` knows what it rewrites from)."""
+    raw = top.data.get("sglang-version")
+    if isinstance(raw, float):  # 0.6 unquoted is a number to YAML; 0.5.6 is a string already
+        raise SpaceError("sglang-version", f"must be a string, got the number {raw}", f'quote it: "{raw}"')
+    version = top.get("sglang-version", str, None)
+    if version is None:
+        return None
+    if engine != "sglang":
+        raise SpaceError("sglang-version", f"is for SGLang spaces, and this one is engine: {engine}", "drop it")
+    if not all(part.isdigit() for part in version.split(".")[:2]) or version.count(".") < 1:
+        raise SpaceError("sglang-version", f"'{version}' is not a version", 'write it as SGLang does, e.g. "0.5.23"')
+    return version
 
 
 def _parse_server(s: Section) -> ServerSpec:

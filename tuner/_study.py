@@ -15,6 +15,7 @@ import time
 import warnings
 import zlib
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any, TypeVar
 
 import optuna
@@ -297,6 +298,7 @@ def open_storage(url: str, heartbeat: bool = True) -> optuna.storages.RDBStorage
         raise StorageError(f"storage URL {url!r} is not a URL", f"write e.g. sqlite:///{url}")
     engine_kwargs: dict[str, Any] = {}
     if url.startswith("sqlite"):
+        _check_sqlite_folder(url)
         # Several processes on one SQLite file wait for each other instead of failing with
         # "database is locked"; what still fails after the timeout is retried (RetryingRDBStorage).
         engine_kwargs = {"connect_args": {"timeout": _env_number("TUNER_SQLITE_TIMEOUT", SQLITE_TIMEOUT)}}
@@ -361,8 +363,13 @@ def _storage_errors(url: str) -> Iterator[None]:
     except (sqlalchemy.exc.ArgumentError, sqlalchemy.exc.NoSuchModuleError) as exc:
         raise StorageError(f"storage URL {redact_url(url)!r} is malformed ({type(exc).__name__})",
                            "use sqlite:///trials.db or postgresql://user:pass@host/db") from exc
-    except sqlalchemy.exc.OperationalError as exc:
+    except sqlalchemy.exc.DatabaseError as exc:
         reason = str(exc.orig).strip().splitlines()[0] if exc.orig else "unreachable"
+        if url.startswith("sqlite"):  # a file, not a server: what can be wrong is the file
+            raise StorageError(f"SQLite storage {url} cannot be opened: {reason}",
+                               "check that the file is a SQLite database and its folder can be written") from exc
+        if not isinstance(exc, sqlalchemy.exc.OperationalError):
+            raise
         raise StorageError(f"storage {_safe_url(url)} is unreachable: {reason}",
                            "check that the database server runs and the URL is right") from exc
     except sqlalchemy.exc.DatabaseError as exc:  # e.g. SQLite's "file is not a database"
@@ -372,6 +379,21 @@ def _storage_errors(url: str) -> Iterator[None]:
     except ModuleNotFoundError as exc:
         raise StorageError(f"the driver for {_safe_url(url)} is not installed ({exc.name})",
                            "pip install 'tuner[postgres]'") from exc
+
+
+def _check_sqlite_folder(url: str) -> None:
+    """SQLite creates the file but not its folder, and says only "unable to open database file"."""
+    try:
+        database = sqlalchemy.engine.make_url(url).database
+    except sqlalchemy.exc.ArgumentError:
+        return  # malformed: open_storage says so
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return
+    folder = Path(database).expanduser().parent
+    if not folder.is_dir():
+        shown = folder if folder.is_absolute() else f"{folder} ({folder.absolute()})"
+        raise StorageError(f"the folder {shown} of the SQLite file in {url} does not exist",
+                           f"create it (mkdir -p {folder}) or pass another --storage, e.g. sqlite:///trials.db")
 
 
 def _safe_url(url: str) -> str:
