@@ -11,7 +11,7 @@ import time
 import pytest
 from optuna.trial import TrialState
 
-from conftest import FAULT_SPACE, remains_of
+from conftest import FAULT_SPACE, instant_space, remains_of
 
 CASES = [
     ("crash_at_start", "crash_on_start"),
@@ -261,10 +261,13 @@ def test_logprob_consistency_uses_the_prompt_ids_from_tokenize_or_is_skipped_wit
 
 def test_slow_server_is_measured_within_the_probe_budget(tuner):
     """A server that streams one token every 2 s: the probe ends each level at its share of
-    probe.time-budget and records what streamed until then, instead of minutes per trial."""
-    space = tuner.space(FAULT_SPACE.replace("  warmup: 0\n", "  warmup: 0\n  time-budget: 6\n"))
+    probe.time-budget and records what streamed until then, instead of minutes per trial. Its stall-timeout
+    (5 s here) is longer than the 2 s the server goes without a word: a slow server, not a hung one (the
+    re-check's request waits a step of the streams the probe left running)."""
+    space = tuner.space(instant_space("faults", stall_timeout=10).replace("  warmup: 0\n",
+                                                                        "  warmup: 0\n  time-budget: 6\n"))
     done = tuner.run("run", "--trials", "1", "--space", str(space), "--simulate", "instant",
-                     env={"TUNER_SIM_FAULTS": "slow_drip=2"})
+                     env={"TUNER_SIM_FAULTS": "slow_drip=2", "TUNER_SIM_STARTUP_SCALE": "0.5"})
     assert done.returncode == 0, done.stderr
     t = tuner.study("faults").trials[0]
     assert t.state == TrialState.COMPLETE, t.user_attrs.get("failure_message")
