@@ -387,6 +387,11 @@ def _twins(trial: optuna.Trial, key: str) -> tuple[optuna.trial.FrozenTrial | No
     return None, running
 
 
+def _during(record: dict) -> str:
+    """Where a dead worker's trial was, as its record says (the stage is written as each begins)."""
+    return f" during its {record['stage']}" if isinstance(record.get("stage"), str) else ""
+
+
 def _mark_interrupted(trial: optuna.Trial, stage: str | None = None, seconds: dict[str, float] | None = None) -> None:
     attrs: dict[str, Any] = {"failure_kind": FailureKind.INTERRUPTED.value, "ended_at": time.time()}
     if stage:  # where the interrupt found it, and how long each stage ran until then
@@ -452,7 +457,7 @@ def fail_trials_of_dead_workers(study: optuna.Study, workdir: Path) -> list[int]
             try:
                 storage.set_trial_user_attr(trial._trial_id, "failure_kind", FailureKind.WORKER_DIED.value)
                 storage.set_trial_user_attr(trial._trial_id, "failure_message",
-                                            "the worker running it died; failed when it restarted")
+                                            f"the worker running it died{_during(record)}; failed when it restarted")
                 changed = storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
             except optuna.exceptions.UpdateFinishedTrialError:
                 changed = False  # the heartbeat check of another worker got there first
