@@ -181,7 +181,7 @@ def test_a_silent_warm_up_answering_503_waits_for_the_start_up_timeout_not_the_s
     assert attrs["failure_kind"] == kind, attrs.get("failure_message")
     if kind == "startup_timeout":
         assert attrs["failure_message"].startswith("not ready after 5 s; /health_generate answered 503 (warming up) "
-                                                   "for its last "), attrs["failure_message"]
+                                                   "for the last "), attrs["failure_message"]
     else:
         assert attrs["stage_seconds"]["readiness"] >= warmup
     assert tuner.leftovers() == {}

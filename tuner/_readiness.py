@@ -49,7 +49,7 @@ def wait_until_ready(server: ServerProcess, engine: Engine, watcher: LogWatcher,
         now = time.monotonic()
         if now > deadline:
             timed_out(f"not ready after {startup_timeout:g} s" + (
-                f"; {engine.ready_path} answered 503 (warming up) for its last {warming[1] - warming[0]:.0f} s"
+                f"; {engine.ready_path} answered 503 (warming up) for the last {warming[1] - warming[0]:.0f} s"
                 if warming else ""))
         if now - max(watcher.last_growth, warming[-1] if warming else 0.0) > stall_timeout:
             timed_out(f"no log output for {stall_timeout:g} s (hang)")
