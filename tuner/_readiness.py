@@ -28,7 +28,6 @@ class ReadinessResult:
     seconds: float
     log_lines: int
     generated: bool = False  # readiness was a real generation (SGLang's /health_generate answered 200)
-    warming_s: float = 0.0  # how long the ready endpoint answered 503 (warming up) before it answered 200
 
 
 class _NotReady(Exception):
@@ -86,8 +85,7 @@ def wait_until_ready(server: ServerProcess, engine: Engine, watcher: LogWatcher,
         reraise=True,
     )
     retrying(attempt)
-    return ReadinessResult(time.monotonic() - server.started, watcher.lines_seen, engine.ready_generates,
-                           time.monotonic() - warming[0] if warming else 0.0)
+    return ReadinessResult(time.monotonic() - server.started, watcher.lines_seen, engine.ready_generates)
 
 
 def _generates(client: httpx.Client, path: str, timeout: float, alive) -> int:
