@@ -11,7 +11,7 @@ import time
 import pytest
 from optuna.trial import TrialState
 
-from conftest import FAULT_SPACE, remains_of
+from conftest import FAULT_SPACE, instant_space, remains_of
 
 CASES = [
     ("crash_at_start", "crash_on_start"),
@@ -132,17 +132,58 @@ def test_restart_after_sigkill_ends_what_escaped_the_group(tuner):
     assert tuner.leftovers() == {}
 
 
-def test_generate_hang_ends_within_the_first_request_timeout(tuner):
-    """/health answers but /generate never does: one wait of the first request's timeout (no retries of a
-    request the server took), recorded as a hang with the time waited."""
-    space = tuner.space(FAULT_SPACE.replace("request-timeout: 10", "request-timeout: 10\n  first-request-timeout: 3"))
+# Issue 35's settings; TUNER_SIM_STARTUP_SCALE=0.1 runs them at a tenth (start-up 6 s, stall 2 s), as --simulate
+# scales them. The gate's timeouts are the defaults: 600 s for the first request, 60 s for the others.
+HUNG_SPACE = """
+name: faults
+server:
+  model-path: /models/instant
+  startup-timeout: {startup}
+  stall-timeout: 20
+  fixed: {{log-level-http: warning}}
+params:
+  schedule-conservativeness: {{type: float, low: 0.1, high: 2.0, step: 0.01}}
+baseline: {{schedule-conservativeness: 1.0}}
+probe: {{concurrency: [8], requests: 16, input-len: 16, output-len: 8, warmup: 0}}
+"""
+TENTH = {"TUNER_SIM_STARTUP_SCALE": "0.1"}
+
+
+def test_hung_generate_behind_an_answering_health_generate_ends_at_the_stall_timeout(tuner):
+    """/health_generate answers but /generate never does. Readiness has just seen the server generate, so the
+    gate's first request gets no first-use allowance of 600 s: no answer and no log output for stall-timeout is
+    a hang (it was still in its gate after 460 s)."""
+    space = tuner.space(HUNG_SPACE.format(startup=60))
     done = tuner.run("run", "--trials", "1", "--space", str(space), "--simulate", "instant",
-                     env={"TUNER_SIM_FAULTS": "generate_hang"})
+                     env={**TENTH, "TUNER_SIM_FAULTS": "generate_hang"}, timeout=60)
     assert done.returncode == 0, done.stderr
-    t = tuner.study("faults").trials[0]
-    assert t.user_attrs["failure_kind"] == "hang", t.user_attrs.get("failure_message")
-    assert "not answered after 3." in t.user_attrs["failure_message"]
-    assert t.user_attrs["stage_seconds"]["gate"] < 3 + 1
+    attrs = tuner.study("faults").trials[0].user_attrs
+    assert attrs["failure_kind"] == "hang" and attrs["failure_stage"] == "gate", attrs.get("failure_message")
+    assert attrs["failure_message"].startswith("gate request: no response and no log output for 2 s (stall-timeout)")
+    # The bound is stall-timeout + 2 s from the request's send; ending at the 600 s timeout would be the bug.
+    # (benchmarks/failure_cost.py has the figure to the trial's end.)
+    assert 2 <= attrs["hang_waited_s"] < 2 + 2 and attrs["stage_seconds"]["gate"] < 2 + 2
+    assert tuner.leftovers() == {}
+
+
+@pytest.mark.parametrize("warmup, startup, kind", [(4, 100, "none"), (30, 50, "startup_timeout")],
+                         ids=["warm-up within the start-up timeout", "longer"])
+def test_a_silent_warm_up_answering_503_waits_for_the_start_up_timeout_not_the_stall_timeout(tuner, warmup, startup,
+                                                                                              kind):
+    """SGLang's /health_generate answers 503 until its warm-up is done (47 s seen on an H100), and the log may
+    say nothing meanwhile (here `--log-level-http warning`: no access lines). The 503s are a sign of life: 4 s
+    of them pass a 2 s stall-timeout; 30 s end at the start-up timeout, which names them."""
+    space = tuner.space(HUNG_SPACE.format(startup=startup))
+    done = tuner.run("run", "--trials", "1", "--space", str(space), "--simulate", "instant",
+                     env={**TENTH, "TUNER_SIM_FAULTS": f"warmup_503={warmup}"}, timeout=60)
+    assert done.returncode == 0, done.stderr
+    attrs = tuner.study("faults").trials[0].user_attrs
+    assert attrs["failure_kind"] == kind, attrs.get("failure_message")
+    if kind == "startup_timeout":
+        assert attrs["failure_message"].startswith("not ready after 5 s; /health_generate answered 503 (warming up) "
+                                                   "for the last "), attrs["failure_message"]
+    else:
+        assert attrs["stage_seconds"]["readiness"] >= warmup
     assert tuner.leftovers() == {}
 
 
@@ -220,10 +261,13 @@ def test_logprob_consistency_uses_the_prompt_ids_from_tokenize_or_is_skipped_wit
 
 def test_slow_server_is_measured_within_the_probe_budget(tuner):
     """A server that streams one token every 2 s: the probe ends each level at its share of
-    probe.time-budget and records what streamed until then, instead of minutes per trial."""
-    space = tuner.space(FAULT_SPACE.replace("  warmup: 0\n", "  warmup: 0\n  time-budget: 6\n"))
+    probe.time-budget and records what streamed until then, instead of minutes per trial. Its stall-timeout
+    (5 s here) is longer than the 2 s the server goes without a word: a slow server, not a hung one (the
+    re-check's request waits a step of the streams the probe left running)."""
+    space = tuner.space(instant_space("faults", stall_timeout=10).replace("  warmup: 0\n",
+                                                                        "  warmup: 0\n  time-budget: 6\n"))
     done = tuner.run("run", "--trials", "1", "--space", str(space), "--simulate", "instant",
-                     env={"TUNER_SIM_FAULTS": "slow_drip=2"})
+                     env={"TUNER_SIM_FAULTS": "slow_drip=2", "TUNER_SIM_STARTUP_SCALE": "0.5"})
     assert done.returncode == 0, done.stderr
     t = tuner.study("faults").trials[0]
     assert t.state == TrialState.COMPLETE, t.user_attrs.get("failure_message")

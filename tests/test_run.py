@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import signal
 import time
@@ -98,36 +100,70 @@ def test_check_catches_flags_of_the_other_sglang_version(tuner):
     assert not (tuner.folder / "runs").exists()
 
 
-def test_interrupted_run_resumes_the_same_study_without_losing_a_trial(tuner):
-    space = tuner.space(FAULT_SPACE)
-    slow = {"TUNER_SIM_FAULTS": "response_delay=0.05"}  # so that a trial is in flight when the signal comes
-    proc = tuner.start("run", "--trials", "6", "--space", str(space), "--simulate", "instant", env=slow)
-    out = []
-    for line in proc.stdout:
-        out.append(line)
-        if "] trial   1 " in line:
-            break
-    time.sleep(0.5)  # the third trial is now starting up or being gated
-    proc.send_signal(signal.SIGTERM)
-    rest, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 130, "".join(out) + rest
-    assert "resume" in rest
-    assert tuner.leftovers() == {}
-    study = tuner.study("faults")
-    interrupted = [t for t in study.get_trials() if t.user_attrs.get("failure_kind") == "interrupted"]
-    assert len(interrupted) == 1 and interrupted[0].state == TrialState.FAIL
-    finished_before = [t.number for t in study.get_trials() if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+# Where to interrupt, the fault that keeps the first trial there long enough, the signal (SIGINT goes to the
+# tuner's whole process group, as a terminal's Ctrl-C does; SIGTERM to the tuner alone, as `kill` does), and the
+# stages the interrupted trial may be recorded in (empty: the trial in flight is recorded with its result).
+INTERRUPTS = {
+    "launch": ("", signal.SIGINT, {"launch", "readiness"}),  # launch itself takes milliseconds
+    "readiness": ("warmup_503=30", signal.SIGTERM, {"readiness"}),
+    "gate": ("generate_hang", signal.SIGINT, {"gate"}),
+    "probe": ("slow_drip=0.5", signal.SIGTERM, {"probe"}),
+    "teardown": ("slow_exit=2", signal.SIGINT, set()),
+    "between": ("", signal.SIGTERM, set()),  # trial 0 recorded, trial 1 not begun (or just begun)
+}
 
-    again = tuner.run("run", "--trials", "6", "--space", str(space), "--simulate", "instant", env=slow)
-    assert again.returncode == 0, again.stderr
-    study = tuner.study("faults")
-    finished = [t for t in study.get_trials() if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
-    assert len(finished) == 6
-    assert set(finished_before) <= {t.number for t in finished}
-    # The interrupted configuration was run again, once.
-    rerun = [t for t in finished if t.user_attrs.get("requeued_from") == interrupted[0].number]
-    assert len(rerun) == 1 and rerun[0].params == interrupted[0].params
+
+@pytest.mark.parametrize("stage", list(INTERRUPTS))
+def test_an_interrupt_in_any_stage_prints_no_traceback_and_the_run_resumes(tuner, stage):
+    """Ctrl-C or SIGTERM in a first-run probe printed Optuna's "Trial 0 failed" and a 12-line traceback before
+    the "interrupted" line. In every stage: one line, the server stopped, the trial marked, nothing left."""
+    faults, sig, marked_in = INTERRUPTS[stage]
+    space = tuner.space(FAULT_SPACE)
+    run = ("run", "--trials", "2", "--space", str(space), "--simulate", "instant")
+    proc = tuner.start(*run, env={"TUNER_SIM_FAULTS": faults})
+    record = tuner.folder / "runs" / "faults" / "trial-0" / "worker.json"  # the running trial's stage
+    while not _reached(record, stage):
+        assert proc.poll() is None, proc.stdout.read()
+        time.sleep(0.005)  # polling the record for the stage, no timing asserted
+    if sig == signal.SIGINT:
+        os.killpg(proc.pid, sig)
+    else:
+        proc.send_signal(sig)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out
+    assert "Traceback" not in out and " failed with " not in out, out
+    assert out.splitlines()[-1].startswith("interrupted: ") and "run the same command again to resume" in out, out
     assert tuner.leftovers() == {}
+    trials = tuner.study("faults").get_trials()
+    assert all(t.state != TrialState.RUNNING for t in trials), [t.state for t in trials]
+    interrupted = [t for t in trials if t.user_attrs.get("failure_kind") == "interrupted"]
+    assert all(t.state == TrialState.FAIL for t in interrupted)
+    if marked_in:
+        assert [t.number for t in interrupted] == [0] and interrupted[0].user_attrs["failure_stage"] in marked_in
+        assert f"trial 0 (in its {interrupted[0].user_attrs['failure_stage']}) marked interrupted" in out
+    else:
+        assert trials[0].state == TrialState.COMPLETE and trials[0].user_attrs["feasible"], trials[0].user_attrs
+        assert all(t.number == 1 and t.user_attrs.get("failure_stage") in (None, "launch", "readiness")
+                   for t in interrupted)
+    recorded = {t.number for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)}
+
+    again = tuner.run(*run)
+    assert again.returncode == 0, again.stderr[-3000:]
+    trials = tuner.study("faults").get_trials()
+    finished = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    assert len(finished) == 2 and recorded <= {t.number for t in finished}
+    for t in interrupted:  # each interrupted configuration run again, once
+        rerun = [f for f in finished if f.user_attrs.get("requeued_from") == t.number]
+        assert len(rerun) == 1 and rerun[0].params == t.params
+    assert tuner.leftovers() == {}
+
+
+def _reached(record, stage: str) -> bool:
+    try:
+        seen = json.loads(record.read_text())
+    except (OSError, ValueError):
+        return False
+    return seen.get("done", False) if stage == "between" else seen.get("stage") == stage
 
 
 def test_simulate_follows_the_space(tuner):

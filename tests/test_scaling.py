@@ -269,6 +269,8 @@ def test_restarted_worker_fails_its_own_trial_at_once_and_a_retry_dies_only_once
     trials = {t.number: t for t in study.get_trials()}
     assert trials[lost].state == TrialState.FAIL and trials[retry].state == TrialState.FAIL
     assert trials[retry].user_attrs["failure_kind"] == "worker_died"
+    # Its server was up when the worker died: the record said which stage the trial was in.
+    assert trials[retry].user_attrs["failure_message"].startswith("the worker running it died during its ")
     assert trials[retry].system_attrs["retry_history"] == [lost]
     # Not retried forever: nothing carries the retry's number in its history.
     assert not [t for t in trials.values() if retry in t.system_attrs.get("retry_history", [])]

@@ -17,6 +17,7 @@ import tenacity
 from ._failures import FailureKind, TrialFailure
 from ._spec import GateSpec
 from ._textcheck import degenerate_reason, nan_positions
+from ._watch import Limits, Watch
 from .engines import CheckSkipped, Completion, Engine
 
 
@@ -32,14 +33,14 @@ class GateResult:
 
 def run_gate(client: httpx.Client, engine: Engine, spec: GateSpec, *, stage: str = "gate",
              reference: Mapping[str, list[int]] | None = None, vocab_size: int | None = None,
-             quick: bool = False) -> GateResult:
+             quick: bool = False, watch: Watch | None = None, stall_timeout: float | None = None,
+             generated: bool = False) -> GateResult:
     """Run the checks; raise TrialFailure on the first that fails. `quick` is the after-load re-check.
 
-    The first request of a fresh server gets `first_request_timeout` (first-use compilation); every
-    other request, the re-check's first included, gets `request_timeout`."""
+    Each request runs under `watch` (the server's exit, an interrupt and silence end it; see _Timeouts),
+    `generated`: readiness saw the server generate."""
     t0 = time.monotonic()
-    timeouts = _Timeouts(client, spec.request_timeout if quick else spec.first_request_timeout,
-                         spec.request_timeout)
+    timeouts = _Timeouts(client, spec, quick, stall_timeout, generated, watch)
     passed: set[str] = set()
     answers: dict[str, str] = {}
     ids: dict[str, list[int]] = {}
@@ -107,16 +108,32 @@ def run_gate(client: httpx.Client, engine: Engine, spec: GateSpec, *, stage: str
 
 
 class _Timeouts:
-    """Sets the client's timeout for each request: the first one's, then the short one."""
+    """The limits of each request, in turn.
 
-    def __init__(self, client: httpx.Client, first: float, rest: float) -> None:
-        self.client, self.first, self.rest, self.used = client, first, rest, 0
+    The first request of a fresh server may wait out first-use compilation (`first_request_timeout`). Where
+    readiness has already seen the server generate, that wait lasts only while the server's log grows: past
+    `request_timeout`, a log quiet for as long is a hang (a hung /generate behind a /health_generate that
+    answers waited the whole 600 s). No answer and no log output for `stall_timeout` is a hang throughout,
+    except for the first request of a server never seen generating (it may compile silently). Every other
+    request, the re-check's first included, gets `request_timeout`."""
 
-    def next(self) -> float:
-        seconds = self.first if self.used == 0 else self.rest
+    def __init__(self, client: httpx.Client, spec: GateSpec, quick: bool, stall: float | None, generated: bool,
+                 watch: Watch | None) -> None:
+        self.client, self.spec, self.quick, self.stall, self.generated = client, spec, quick, stall, generated
+        self.watch = watch
+        self.used = 0
+
+    def next(self) -> Limits:
+        first, rest = self.spec.first_request_timeout, self.spec.request_timeout
+        if self.used > 0 or self.quick:
+            limits = Limits(rest, rest, self.stall)
+        elif self.generated:
+            limits = Limits(rest, max(first, rest), self.stall)
+        else:
+            limits = Limits(first, first, None)
         self.used += 1
-        self.client.timeout = httpx.Timeout(seconds, connect=5.0)
-        return seconds
+        self.client.timeout = httpx.Timeout(limits.http_timeout if self.watch else limits.cap, connect=5.0)
+        return limits
 
 
 # Errors of a request that cannot have reached the server (or was refused before it was read): worth a
@@ -137,13 +154,16 @@ def _complete(client: httpx.Client, engine: Engine, prompt: str, max_tokens: int
 def _request(call, stage: str, timeouts: _Timeouts):
     """One gate request, tried up to three times where it failed before the server could read it, or with
     a 5xx: a single transient error says little about a configuration."""
-    seconds = timeouts.next()
+    limits = timeouts.next()
+    seconds = limits.cap
     retrying = tenacity.Retrying(retry=tenacity.retry_if_exception(_retryable),
                                  stop=tenacity.stop_after_attempt(3), wait=tenacity.wait_fixed(0.2),
                                  reraise=True)
     t0 = time.monotonic()
     try:
-        return retrying(call)
+        if timeouts.watch is None:
+            return retrying(call)
+        return timeouts.watch.run(lambda: retrying(call), limits, f"{stage} request")
     except httpx.HTTPStatusError as exc:
         raise TrialFailure(FailureKind.ERRORS_UNDER_LOAD, f"gate request answered HTTP {exc.response.status_code}",
                            exc.response.text[:500], stage) from exc

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import statistics
@@ -75,16 +76,14 @@ class Progress:
             kind, text = "stopped", "slower than earlier trials (pruner)"
         else:
             # Shortened at a word; `show` and the dashboard keep the whole message.
-            kind, text = attrs.get("failure_kind", "none"), textwrap.shorten(
-                attrs.get("failure_message", "") or "-", width=MESSAGE_WIDTH, placeholder=" ...")
-        outcome = f"{kind:<{KIND_WIDTH}} {text}"
-        if attrs.get("reused_from") is not None:
-            outcome += f"  (same as trial {attrs['reused_from']}, no restart)"
+            kind, text = attrs.get("failure_kind", "none"), shorten(attrs.get("failure_message", "") or "-",
+                                                                    MESSAGE_WIDTH)
+        note = f"  (same as trial {attrs['reused_from']}, no restart)" if attrs.get("reused_from") is not None else ""
         tag = "baseline" if attrs.get("baseline") else ""
         best = f"best {self.best[1]:.1f} (trial {self.best[0]})" if self.best else "best -"
-        self.say(f"[{self.finished:>{len(str(self.total))}}/{self.total}] trial {trial.number:>3} {tag:<8} "
-                 f"{outcome:<{KIND_WIDTH + 1 + MESSAGE_WIDTH}}  {attrs.get('total_seconds', 0.0):5.1f}s  {best}  "
-                 f"{self._times()}")
+        self.say(progress_line(f"[{self.finished:>{len(str(self.total))}}/{self.total}]", trial.number, tag, kind,
+                               text + note, f"  {attrs.get('total_seconds', 0.0):5.1f}s  {best}  {self._times()}",
+                               terminal_columns(self.stream), keep=note))
 
     def _times(self) -> str:
         elapsed = f"{duration(time.monotonic() - self.started)} elapsed"
@@ -96,6 +95,56 @@ class Progress:
 
 MESSAGE_WIDTH = 56  # of a failure message in the progress line
 KIND_WIDTH = max(len(kind.value) for kind in FailureKind)
+MIN_MESSAGE = 24  # characters of the message worth giving up the columns' alignment for
+
+
+def progress_line(counts: str, number: int, tag: str, kind: str, message: str, tail: str, columns: int | None,
+                  keep: str = "") -> str:
+    """One trial's line: the counts, the trial, its outcome kind and message, then `tail` (time, best, time left).
+
+    Only the message gives way, shortened at a word so that the line fits in `columns` (None: no terminal,
+    where nothing wraps; `keep`, the message's ending, stays where there is room for it); where the aligned
+    columns leave it less than MIN_MESSAGE characters, the padding goes first. The counts are what a person
+    scans for, and `show` and the dashboard keep the whole message. One column is left free: a line that
+    fills the last one makes some terminals wrap before the next line's carriage return."""
+    head = f"{counts} trial {number:>3} {tag:<8} {kind:<{KIND_WIDTH}} "
+    if columns is None:
+        return f"{head}{message:<{MESSAGE_WIDTH}}{tail}"
+    room = columns - 1 - len(tail)
+    if room - len(head) < min(len(message), MIN_MESSAGE):
+        head = " ".join(filter(None, [counts, f"trial {number}", tag, kind])) + " "
+    pad = min(MESSAGE_WIDTH, room - len(head))
+    if len(message) > pad:
+        body = message.removesuffix(keep) if keep and pad - len(keep) >= MIN_MESSAGE else message
+        message = shorten(body, pad - (len(message) - len(body))) + message[len(body):]
+    return f"{head}{message:<{max(0, pad)}}{tail}"
+
+
+def shorten(text: str, width: int) -> str:
+    """`text` on one line in at most `width` characters, cut before a word and marked " ..."; where its first
+    word alone is too long, cut inside it ("..." right after)."""
+    text = " ".join(text.split())
+    if len(text) <= width:
+        return text
+    short = textwrap.shorten(text, width=width, placeholder=" ...") if width >= 12 else ""
+    if short.strip(". "):
+        return short
+    return text[:max(0, width - 3)] + "..." if width >= 8 else text[:max(0, width)]
+
+
+def terminal_columns(stream: TextIO) -> int | None:
+    """The width that lines written to `stream` get: $COLUMNS where set (as shutil.get_terminal_size reads
+    it), else the terminal's own when `stream` is one, else None. The stream's own terminal, not stdout's:
+    progress goes to stderr, and `tuner run > out.txt` still shows it in the terminal."""
+    value = os.environ.get("COLUMNS", "")
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    try:
+        if stream.isatty():
+            return os.get_terminal_size(stream.fileno()).columns or None
+    except (AttributeError, OSError, ValueError):
+        pass
+    return None
 
 
 def duration(seconds: float) -> str:

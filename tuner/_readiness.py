@@ -27,6 +27,7 @@ SETTLE_S = 0.5
 class ReadinessResult:
     seconds: float
     log_lines: int
+    generated: bool = False  # readiness was a real generation (SGLang's /health_generate answered 200)
 
 
 class _NotReady(Exception):
@@ -37,13 +38,19 @@ def wait_until_ready(server: ServerProcess, engine: Engine, watcher: LogWatcher,
                      startup_timeout: float, stall_timeout: float,
                      cancel: threading.Event | None = None, generate_timeout: float = 600.0) -> ReadinessResult:
     deadline = server.started + startup_timeout
+    # A 503 from the ready endpoint is the server saying it is warming up (SGLang answers so until its
+    # warm-up request is done; seen for 47 s on an H100): a sign of life as good as a log line, so only the
+    # start-up timeout bounds it.
+    warming: list[float] = []  # when the current run of 503 answers began, and the last of them
 
     def alive() -> None:
         check_alive(server, watcher, stage="readiness", cancel=cancel)
         now = time.monotonic()
         if now > deadline:
-            timed_out(f"not ready after {startup_timeout:g} s")
-        if now - watcher.last_growth > stall_timeout:
+            timed_out(f"not ready after {startup_timeout:g} s" + (
+                f"; {engine.ready_path} answered 503 (warming up) for the last {warming[1] - warming[0]:.0f} s"
+                if warming else ""))
+        if now - max(watcher.last_growth, warming[-1] if warming else 0.0) > stall_timeout:
             timed_out(f"no log output for {stall_timeout:g} s (hang)")
 
     def timed_out(message: str) -> None:
@@ -63,6 +70,11 @@ def wait_until_ready(server: ServerProcess, engine: Engine, watcher: LogWatcher,
                 status = client.get(engine.ready_path, timeout=5.0).status_code
             except httpx.HTTPError as exc:
                 raise _NotReady() from exc
+        if status == 503:
+            now = time.monotonic()
+            warming[:] = [warming[0] if warming else now, now]
+        elif status != 200:
+            warming.clear()
         if status != 200:
             raise _NotReady()
 
@@ -73,7 +85,7 @@ def wait_until_ready(server: ServerProcess, engine: Engine, watcher: LogWatcher,
         reraise=True,
     )
     retrying(attempt)
-    return ReadinessResult(time.monotonic() - server.started, watcher.lines_seen)
+    return ReadinessResult(time.monotonic() - server.started, watcher.lines_seen, engine.ready_generates)
 
 
 def _generates(client: httpx.Client, path: str, timeout: float, alive) -> int:

@@ -218,13 +218,24 @@ def run(options: RunOptions, stream=sys.stderr) -> optuna.Study:
                     lambda: _optimize(study, worker, budget, n_jobs, options.timeout, progress))
             except (KeyboardInterrupt, Interrupted):
                 ctx.cancel.set()
-                progress.say("interrupted: the server was stopped and the trial marked; "
-                             "run the same command again to resume")
+                progress.say(interrupted_line(worker.interrupted))
                 raise KeyboardInterrupt from None
     shown = redact_url(options.storage)
     progress.say(summary(study, spec, dashboard=f"optuna-dashboard {shown} --artifact-dir {artifacts}",
                          where=shlex.join(target_args(options.storage, study, options.workdir))))
     return study
+
+
+def interrupted_line(marked: dict[int, str | None]) -> str:
+    """What an interrupted run says last: which trials it marked (their servers stopped), and how to go on."""
+    if not marked:
+        return ("interrupted: every trial that ran is recorded and its server stopped; run the same command again "
+                "to resume")
+    trials = ", ".join(f"{n}" + (f" (in its {stage})" if stage else "") for n, stage in sorted(marked.items()))
+    many = len(marked) > 1
+    return (f"interrupted: {'every' if many else 'the'} server was stopped and trial{'s' * many} {trials} marked "
+            f"interrupted; run the same command again to resume (it runs {'those' if many else 'that'} "
+            f"configuration{'s' * many} again)")
 
 
 def _optimize(study: optuna.Study, worker: Worker, budget: TrialBudget, n_jobs: int, timeout: float | None,

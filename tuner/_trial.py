@@ -27,6 +27,7 @@ from ._redact import redact_argv
 from ._space import ServerConfig
 from ._spec import Spec
 from ._teardown import TeardownResult, stop_server
+from ._watch import Limits, Watch
 from .engines import Engine
 
 
@@ -112,13 +113,23 @@ def run_trial(ctx: TrialContext, plan: TrialPlan) -> TrialResult:
         with httpx.Client(base_url=server.base_url, headers=headers,
                           timeout=httpx.Timeout(spec.gate.request_timeout, connect=5.0)) as client:
             with stage("readiness"):
-                wait_until_ready(server, engine, watcher, client, spec.server.startup_timeout,
-                                 spec.server.stall_timeout, ctx.cancel, spec.gate.first_request_timeout)
+                ready = wait_until_ready(server, engine, watcher, client, spec.server.startup_timeout,
+                                         spec.server.stall_timeout, ctx.cancel, spec.gate.first_request_timeout)
+            stall = spec.server.stall_timeout
+
+            def watch(name: str) -> Watch:
+                # Every request to the live server is watched: its exit, an interrupt, and silence end the wait.
+                return Watch(lambda: check_alive(server, watcher, name, ctx.cancel), lambda: watcher.last_growth, name)
+
             with stage("server_info"), _explained(server, watcher, "server_info"):
-                _read_back(engine, client, plan.config, result)
+                limits = Limits(spec.gate.request_timeout, spec.gate.request_timeout, stall)
+                client.timeout = httpx.Timeout(limits.http_timeout, connect=5.0)
+                watch("server_info").run(lambda: _read_back(engine, client, plan.config, result), limits,
+                                         "server_info request")
             vocab = result.server_info.get("vocab_size")
             with stage("gate"), _explained(server, watcher, "gate"):
-                result.gate = run_gate(client, engine, spec.gate, reference=plan.reference, vocab_size=vocab)
+                result.gate = run_gate(client, engine, spec.gate, reference=plan.reference, vocab_size=vocab,
+                                       watch=watch("gate"), stall_timeout=stall, generated=ready.generated)
                 check_alive(server, watcher, "gate", ctx.cancel)
             with stage("probe"), _explained(server, watcher, "probe"):
                 result.probe = run_probe(server.base_url, headers, engine, spec.probe,
@@ -129,7 +140,8 @@ def run_trial(ctx: TrialContext, plan: TrialPlan) -> TrialResult:
                                          rate_search=spec.objective.rate_search)
             if spec.gate.recheck_after_load:
                 with stage("recheck"), _explained(server, watcher, "recheck"):
-                    run_gate(client, engine, spec.gate, stage="recheck", vocab_size=vocab, quick=True)
+                    run_gate(client, engine, spec.gate, stage="recheck", vocab_size=vocab, quick=True,
+                             watch=watch("recheck"), stall_timeout=stall)
                     check_alive(server, watcher, "recheck", ctx.cancel)
     except TrialFailure as failure:
         result.failure = FailureRecord.from_exception(failure)

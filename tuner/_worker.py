@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -44,22 +45,31 @@ _RUN_ATTRS = ("config_key", "ended_at", "gpu_ids", "slot_acquired_at", "slot_rel
 class Interrupted(TunerError):
     """The run was stopped (Ctrl-C, SIGTERM) while this trial ran; it is run again on resume."""
 
+    def __init__(self, message: str, stage: str | None = None) -> None:
+        super().__init__(message)
+        self.stage = stage  # the stage the interrupt found the trial in
+
 
 class Surplus(Exception):
     """Several workers asked at once and the study's trials are all taken: this one is not run."""
 
 
-class _QuietSurplus(logging.Filter):
-    """Optuna logs every FAIL with a traceback; a surplus trial was never run and needs none."""
+class _QuietFailures(logging.Filter):
+    """Optuna logs every FAIL with a traceback. A surplus trial was never run, and an interrupted one is
+    reported once by the run itself ("interrupted: ..."): neither needs one (a Ctrl-C in a probe printed
+    "Trial N failed" and 12 lines of traceback before that line)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        text = record.getMessage()
-        return not ("Surplus(" in text or "failed with value None" in text and _surplus_numbers and
-                    any(text.startswith(f"Trial {n} ") for n in _surplus_numbers))
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, (Surplus, Interrupted, KeyboardInterrupt)):
+            return False
+        failed = _FAILED.match(record.getMessage())
+        return not (failed and int(failed.group(1)) in _quiet_numbers)
 
 
-_surplus_numbers: set[int] = set()
-logging.getLogger("optuna.study._optimize").addFilter(_QuietSurplus())
+_FAILED = re.compile(r"Trial (\d+) failed ")
+_quiet_numbers: set[int] = set()  # trials of this process that are surplus or interrupted
+logging.getLogger("optuna.study._optimize").addFilter(_QuietFailures())
 
 
 def _live(t: optuna.trial.FrozenTrial, stale_after: float) -> bool:
@@ -200,6 +210,8 @@ class Worker:
     on_trial_end: Callable[[optuna.Trial, dict[str, Any]], None] = lambda trial, attrs: None
     pool: SlotPool | None = None  # GPU slots; None: the server sees whatever GPUs the tuner sees
     budget: TrialBudget | None = None  # the study's shared --trials total
+    # Trials this worker marked interrupted -> the stage the interrupt found each in (None: not in a stage).
+    interrupted: dict[int, str | None] = dataclasses.field(default_factory=dict)
 
     # -- the objective ------------------------------------------------------------------------------
     def __call__(self, trial: optuna.Trial) -> float | list[float]:
@@ -207,7 +219,7 @@ class Worker:
             try:
                 self.budget.claim(trial)
             except Surplus as exc:
-                _surplus_numbers.add(trial.number)
+                _quiet_numbers.add(trial.number)
                 trial.set_user_attr("failure_kind", "surplus")
                 trial.set_user_attr("failure_message", f"not run: {exc}")
                 raise
@@ -219,10 +231,12 @@ class Worker:
         write_record(record, owner)
         try:
             return self._objective(trial)
-        except (KeyboardInterrupt, Interrupted):
+        except (KeyboardInterrupt, Interrupted) as exc:
             # Wherever the interrupt found it (waiting for GPUs or for a twin configuration, or in a
             # stage): not the configuration's fault, and run again on resume.
-            if trial.user_attrs.get("failure_kind") != FailureKind.INTERRUPTED.value:
+            _quiet_numbers.add(trial.number)
+            self.interrupted[trial.number] = exc.stage if isinstance(exc, Interrupted) else None
+            if not isinstance(exc, Interrupted):
                 _mark_interrupted(trial)
             raise
         finally:
@@ -256,12 +270,9 @@ class Worker:
         except NotEnoughGpus as exc:
             result = TrialResult(trial.number, config)
             result.failure = FailureRecord(FailureKind.INVALID_CONFIG, str(exc), "", "slots")
-        except KeyboardInterrupt:
-            _mark_interrupted(trial)
-            raise
         if result.failure is not None and result.failure.kind is FailureKind.INTERRUPTED:
-            _mark_interrupted(trial)
-            raise Interrupted(f"trial {trial.number} interrupted")
+            _mark_interrupted(trial, result.failure.stage, result.seconds)
+            raise Interrupted(f"trial {trial.number} interrupted", result.failure.stage)
         return self._finish(trial, result, {"baseline": bool(trial.user_attrs.get("baseline"))})
 
     def _run(self, trial: optuna.Trial, config: ServerConfig) -> TrialResult:
@@ -270,7 +281,14 @@ class Worker:
         objective = self.spec.objective
         prunable = not objective.second_metric and ("throughput" in objective.metric or objective.rate_search)
         reports = PrunerReports(trial) if prunable else None
-        ctx = dataclasses.replace(self.ctx, on_progress=reports)
+        record = self.workdir / f"trial-{trial.number}" / WORKER_RECORD
+
+        def on_stage(number: int, stage: str) -> None:
+            self.ctx.on_stage(number, stage)
+            # The stage the trial is in, for a person (or a test) looking at the run from outside.
+            write_record(record, {**(read_record(record) or {}), "stage": stage})
+
+        ctx = dataclasses.replace(self.ctx, on_progress=reports, on_stage=on_stage)
         try:
             if self.pool is None:
                 return run_trial(ctx, plan)
@@ -369,8 +387,18 @@ def _twins(trial: optuna.Trial, key: str) -> tuple[optuna.trial.FrozenTrial | No
     return None, running
 
 
-def _mark_interrupted(trial: optuna.Trial) -> None:
-    set_user_attrs(trial, {"failure_kind": FailureKind.INTERRUPTED.value, "ended_at": time.time()})
+def _during(record: dict) -> str:
+    """Where a dead worker's trial was, as its record says (the stage is written as each begins)."""
+    return f" during its {record['stage']}" if isinstance(record.get("stage"), str) else ""
+
+
+def _mark_interrupted(trial: optuna.Trial, stage: str | None = None, seconds: dict[str, float] | None = None) -> None:
+    attrs: dict[str, Any] = {"failure_kind": FailureKind.INTERRUPTED.value, "ended_at": time.time()}
+    if stage:  # where the interrupt found it, and how long each stage ran until then
+        attrs.update({"failure_stage": stage, "failure_message": f"the run was interrupted during {stage}; "
+                      "its configuration runs again on resume",
+                      "stage_seconds": {k: round(v, 3) for k, v in (seconds or {}).items()}})
+    set_user_attrs(trial, attrs)
 
 
 def feasibility_constraint(feasible: bool, stopped_early: bool) -> float:
@@ -429,7 +457,7 @@ def fail_trials_of_dead_workers(study: optuna.Study, workdir: Path) -> list[int]
             try:
                 storage.set_trial_user_attr(trial._trial_id, "failure_kind", FailureKind.WORKER_DIED.value)
                 storage.set_trial_user_attr(trial._trial_id, "failure_message",
-                                            "the worker running it died; failed when it restarted")
+                                            f"the worker running it died{_during(record)}; failed when it restarted")
                 changed = storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
             except optuna.exceptions.UpdateFinishedTrialError:
                 changed = False  # the heartbeat check of another worker got there first

@@ -157,3 +157,47 @@ def test_not_enough_gpus(start_sim):
     log = sim.log()
     assert "CUDA error: invalid device ordinal" in log and "needs 8 GPUs" in log
     assert "Scheduler hit an exception" in log
+
+
+def test_generate_hang_keeps_health_generate_answering(start_sim):
+    sim = start_sim(faults="generate_hang")
+    with sim.client(timeout=1.0) as c:
+        assert c.get("/health_generate").status_code == 200
+        with pytest.raises(httpx.ReadTimeout):
+            _gen(c)
+        assert c.get("/health_generate").status_code == 200  # still, with the hung request in flight
+    assert sim.alive()
+
+
+def test_warmup_503_is_silent_with_log_level_http_warning(start_sim):
+    """SGLang's /health_generate answers 503 until its warm-up is done; with `--log-level-http warning` uvicorn
+    prints no access lines, so nothing at all shows in the log meanwhile."""
+    sim = start_sim("--log-level-http", "warning", faults="warmup_503=1.5", wait=False)
+    statuses = []
+
+    def answered() -> bool:
+        try:
+            statuses.append(httpx.get(sim.url + "/health_generate", timeout=5.0).status_code)
+        except httpx.HTTPError:
+            return False
+        return statuses[-1] == 200
+    sim.wait_for(answered, 30, "/health_generate to answer 200", interval=0.1)
+    assert statuses.count(503) >= 3 and set(statuses) == {503, 200}, statuses
+    log = sim.log()
+    assert "HTTP/1.1" not in log and "Uvicorn running" not in log and "fired up and ready" in log
+
+
+def test_warmup_503_answers_show_in_the_access_log_by_default(start_sim):
+    sim = start_sim(faults="warmup_503=0.5", wait=False)
+    sim.wait_ready()
+    assert '"GET /health HTTP/1.1" 503' in sim.log()
+
+
+def test_slow_exit(start_sim):
+    sim = start_sim(faults="slow_exit=1")
+    sent = time.monotonic()
+    os.kill(sim.proc.pid, signal.SIGTERM)
+    sim.wait_log("Shutting down")
+    assert sim.alive()
+    assert sim.wait_exit(10) == 0
+    assert time.monotonic() - sent >= 1.0

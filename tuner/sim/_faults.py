@@ -32,6 +32,10 @@ class Faults:
     slow_drip: float = 0.0  # seconds added to each decode step of streamed requests: one token per that time
     stream_error_rate: float = 0.0  # share of streamed requests that end with an error event after a token
     generate_hang: bool = False  # /generate and the OpenAI routes never answer; /health still does
+    # Seconds of warm-up after the HTTP server is up, silent (a first-use compile): /health and /health_generate
+    # answer 503 meanwhile, as SGLang's do until its warm-up request is done (47 s of them seen on an H100).
+    warmup_503: float = 0.0
+    slow_exit: float = 0.0  # seconds from SIGTERM (its shutdown lines logged at once) to the exit
 
 
 _KINDS = {f.name: f.type for f in fields(Faults)}

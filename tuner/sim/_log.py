@@ -13,10 +13,17 @@ from typing import TextIO
 SGLANG_ROOT = "/usr/local/lib/python3.12/dist-packages/sglang"
 
 
+# Python's logging levels by the names SGLang's --log-level and --log-level-http take.
+LEVELS = {"trace": 5, "debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
+
+
 class Log:
-    def __init__(self, stream: TextIO | None = None, scheduler_prefix: str = " TP0") -> None:
+    def __init__(self, stream: TextIO | None = None, scheduler_prefix: str = " TP0", http_level: str = "info") -> None:
         self.stream = stream if stream is not None else sys.stdout
         self.scheduler_prefix = scheduler_prefix
+        # uvicorn's lines (access lines included) below this are not printed: SGLang hands uvicorn
+        # `--log-level-http`, else `--log-level` (entrypoints/http_server.py, launch_server).
+        self.http_level = LEVELS.get(http_level.lower(), 20)
 
     def _write(self, prefix: str, message: str) -> None:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
@@ -32,7 +39,8 @@ class Log:
         self._write(self.scheduler_prefix, message)
 
     def uvicorn(self, message: str, level: str = "INFO") -> None:
-        self._write("", f"{level + ':':<9} {message}")
+        if LEVELS.get(level.lower(), 20) >= self.http_level:
+            self._write("", f"{level + ':':<9} {message}")
 
     def burst(self, size: int) -> None:
         """`size` bytes of decode-batch lines at once, as a server logging every step of a big batch."""

@@ -81,7 +81,7 @@ async def _serve(profile: Profile, setup, values: dict[str, Any], faults: Faults
 
     knobs = setup.resolved.knobs
     prefix = " DP0 TP0" if knobs.attn_dp > 1 or knobs.dp > 1 else " TP0"
-    log = Log(scheduler_prefix=prefix)
+    log = Log(scheduler_prefix=prefix, http_level=str(values.get("log_level_http") or values.get("log_level") or "info"))
     server = SimServer(profile, setup, values, faults, scale, seed, log)
     loop = asyncio.get_running_loop()
 
@@ -92,6 +92,12 @@ async def _serve(profile: Profile, setup, values: dict[str, Any], faults: Faults
             log.uvicorn("Application shutdown complete.")
             log.uvicorn(f"Finished server process [{os.getpid()}]")
         sys.stdout.flush()
+        if faults.slow_exit > 0:
+            mark("slow_exit")
+            loop.remove_signal_handler(signal.SIGTERM)  # a second SIGTERM changes nothing; SIGKILL still ends it
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            loop.call_later(faults.slow_exit, os._exit, 0)
+            return
         os._exit(0)
 
     if not faults.ignore_sigterm:
@@ -156,6 +162,9 @@ async def _serve(profile: Profile, setup, values: dict[str, Any], faults: Faults
         await asyncio.gather(*(api._run(Item(ids, text, Sampling(max_new_tokens=8, temperature=0.0), False, -1, 0,
                                              False)) for _ in range(max(1, knobs.dp))))
         log.uvicorn(f'127.0.0.1:{_ephemeral(port) + 1} - "POST /generate HTTP/1.1" 200 OK')
+    if faults.warmup_503 > 0:
+        mark("warmup_503")
+        await asyncio.sleep(faults.warmup_503)  # wall seconds, silent; /health* answer 503 until ready
     server.ready = True
     log.main("The server is fired up and ready to roll!")
     await server.forever.wait()
