@@ -6,6 +6,7 @@ import resource
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -139,3 +140,17 @@ def test_a_burst_of_log_output_keeps_the_watcher_small(tmp_path):
     assert lines == 3 * 120_001
     assert longest == MAX_LINE
     assert grown_mb < 30, f"the watcher grew by {grown_mb} MB reading 120 MB of log"
+
+
+def test_a_real_prefill_graph_capture_oom_of_sglang_0517_reads_as_oom(tmp_path):
+    """SGLang 0.5.17 on an H100 (mem-fraction-static 0.96, breakable prefill graphs): the first fatal line is
+    "CUDA error: the operation cannot be performed in the present state"; the cause, "CUDA error: out of
+    memory", comes in the scheduler's traceback after it. The cause wins: the fix is memory, not the kernels."""
+    real = (Path(__file__).parent / "data" / "sglang-0.5.17-prefill-capture-oom.log").read_text()
+    log = tmp_path / "server.log"
+    log.write_text(real)
+    watcher = LogWatcher(log, get_engine("sglang"))
+    while watcher.poll():
+        pass
+    assert watcher.fatal is not None and watcher.fatal.kind is FailureKind.OOM
+    assert "CUDA error: out of memory" in watcher.fatal.line

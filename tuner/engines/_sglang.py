@@ -18,9 +18,14 @@ K = FailureKind
 # Order matters only for the first match of one line; the log watcher ranks kinds across lines.
 SGLANG_FATAL = patterns(
     # An OOM during capture is an OOM: the fix is memory (fraction, max batch size), not the backend.
-    (r"CUDA out of memory|OutOfMemoryError|Not enough memory\. |Prefill out of memory|Decode out of memory",
-     K.OOM),
-    (r"Capture (cuda|CUDA) graph failed|Capture .*CUDA graph failed", K.GRAPH_CAPTURE_FAILED),
+    # 0.5.17's breakable prefill-graph capture ends in "torch.AcceleratorError: CUDA error: out of memory"
+    # (tests/data/sglang-0.5.17-prefill-capture-oom.log, from a real H100).
+    (r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|Not enough memory\. |Prefill out of memory"
+     r"|Decode out of memory", K.OOM),
+    # 0.5.17 names a failed prefill capture "Fail when using backend: breakable for prefill runner."
+    # (srt/model_executor/runner_backend_utils/__init__.py, PREFILL_CUDA_GRAPH_CAPTURE_FAILED_MSG).
+    (r"Capture (cuda|CUDA) graph failed|Capture .*CUDA graph failed|Fail when using backend: \S+ for prefill runner",
+     K.GRAPH_CAPTURE_FAILED),
     (r"NaN detected|NaN in the logits", K.NAN),
     # The scheduler is gone (even where the HTTP process lives on), or the GPU context is lost.
     (r"Scheduler hit an exception|Received sigquit from a child process|Initialization failed\. "
