@@ -50,7 +50,9 @@ def _spelled(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> tuple[dict
     deprecated = study.user_attrs.get("deprecated_flags")
     if deprecated is None:
         deprecated = engine.deprecated_in(trial.user_attrs.get("server_version"))
-    return engine.respell(trial.user_attrs.get("flags", {}), frozenset(deprecated))
+    in_file, launch_line = engine.respell(trial.user_attrs.get("flags", {}), frozenset(deprecated))
+    in_file, refused = engine.config_spellings(in_file, trial.user_attrs.get("server_version"))
+    return in_file, {**launch_line, **refused}
 
 
 def needs_script(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:

@@ -1,6 +1,7 @@
 """The simulator's command line against SGLang's own parser and --config merger.
 
-Needs the reference environments of scripts/setup_sglang_ref.sh (.venv-sglang: 0.5.23, .venv-sglang056: 0.5.6);
+Needs the reference environments of scripts/setup_sglang_ref.sh (.venv-sglang: 0.5.23, .venv-sglang0517: 0.5.17,
+.venv-sglang056: 0.5.6);
 without one, its version's tests are skipped, or fail when TUNER_TEST_SGLANG_REF=1.
 """
 
@@ -22,10 +23,12 @@ from tuner.engines import SGLang
 from tuner.sim._args import build_parser, merge_config
 
 REPO = Path(__file__).resolve().parents[2]
-VENVS = {"0.5.23": REPO / ".venv-sglang", "0.5.6": REPO / ".venv-sglang056"}
+VENVS = {"0.5.23": REPO / ".venv-sglang", "0.5.17": REPO / ".venv-sglang0517", "0.5.6": REPO / ".venv-sglang056"}
 SETUP = {"0.5.23": "bash scripts/setup_sglang_ref.sh",
+         "0.5.17": "SGLANG_VERSION=0.5.17 bash scripts/setup_sglang_ref.sh",
          "0.5.6": "SGLANG_VERSION=0.5.6 bash scripts/setup_sglang_ref.sh"}
 REGEN = {"0.5.23": ".venv-sglang/bin/python scripts/gen_sim_flags.py",
+         "0.5.17": ".venv-sglang0517/bin/python scripts/gen_sim_flags.py",
          "0.5.6": ".venv-sglang056/bin/python scripts/gen_sim_flags.py"}
 
 _spec = importlib.util.spec_from_file_location("gen_sim_flags", REPO / "scripts" / "gen_sim_flags.py")
@@ -126,7 +129,7 @@ def _ref_python(version: str) -> Path:
     return python
 
 
-@pytest.fixture(scope="module", params=["0.5.23", "0.5.6"])
+@pytest.fixture(scope="module", params=["0.5.23", "0.5.17", "0.5.6"])
 def ref(request, tmp_path_factory):
     version = request.param
     python = _ref_python(version)

@@ -153,6 +153,10 @@ class Engine:
         raise NotImplementedError
 
     # -- export ------------------------------------------------------------------------------------
+    def config_spellings(self, flags: Mapping[str, Any], version: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(flags under the keys the server version's --config takes, flags it takes under no key)."""
+        return dict(flags), {}
+
     def config_file(self, flags: Mapping[str, Any], model_path: str) -> dict[str, Any]:
         """The engine's --config YAML mapping for these flags."""
         raise NotImplementedError

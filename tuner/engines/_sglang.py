@@ -203,6 +203,35 @@ class SGLang(Engine):
                     out[new] = new_value
         return out, launch_line
 
+    def config_spellings(self, flags: Mapping[str, Any], version: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(flags the version's --config takes, each under a key it accepts; flags it takes under no key).
+
+        SGLang 0.5.17's --config merger refuses a key equal to the dest of any action that is neither store
+        nor store_true, so `cuda-graph-max-bs-decode: 256` is refused there: the deprecated alias
+        --cuda-graph-max-bs stores into that dest (found on a real H100). Its alias spelling is accepted and
+        parses to the same value. The merger is judged by the simulator's model of it, which the contract
+        tests hold to each version's real one."""
+        from ..sim._args import build_parser, config_refusal
+        from ..sim._flags import VERSIONS
+
+        if version not in VERSIONS:
+            return dict(flags), {}
+        parser = build_parser(version)
+        accepted, refused = {}, {}
+        for name, value in flags.items():
+            if config_refusal(parser, version, name) is None:
+                accepted[name] = value
+                continue
+            action = parser._option_string_actions.get(f"--{name}")
+            aliases = [o[2:] for a in parser._actions if action is not None and a.dest == action.dest
+                       and a is not action and a.nargs == action.nargs for o in a.option_strings if o.startswith("--")]
+            alias = next((a for a in aliases if config_refusal(parser, version, a) is None), None)
+            if alias is None:
+                refused[name] = value
+            else:
+                accepted[alias] = value
+        return accepted, refused
+
     def config_file(self, flags: Mapping[str, Any], model_path: str) -> dict[str, Any]:
         out: dict[str, Any] = {"model-path": model_path}
         for name, value in flags.items():

@@ -52,12 +52,13 @@ class LoRAPathAction(argparse.Action):
 class DeprecatedAction(argparse.Action):
     """A retired flag with no automatic translation: stop (with `error_message`) or warn."""
 
-    def __init__(self, option_strings, dest, error_message=None, nargs=0, **kwargs):
-        self.error_message = error_message
+    def __init__(self, option_strings, dest, nargs=0, **kwargs):
+        if "error_message" in kwargs:  # 0.5.23's class has it; 0.5.17's (arg_groups/argparse_actions.py) not
+            self.error_message = kwargs.pop("error_message")
         super().__init__(option_strings, dest, nargs=nargs, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        if self.error_message is not None:
+        if getattr(self, "error_message", None) is not None:
             parser.error(self.error_message)
         _warn_deprecated(f"The command line argument '{option_string}' is deprecated and will be removed in "
                          "future versions.")
@@ -301,21 +302,7 @@ def merge_config(argv: list[str], parser: argparse.ArgumentParser, version: str)
     if not isinstance(data, dict):
         raise ValueError("Config file must contain a dictionary at root level")
 
-    store_true: set[str] = set()
-    unsupported: dict[str, argparse.Action] = {}
-    if version != "0.5.6":
-        # 0.5.23 knows the parser: store_true keys become bare flags; actions that are neither store_true
-        # nor single-value (e.g. the deprecated store-true flags, nargs=0) are refused.
-        supported = [a for a in parser._actions
-                     if isinstance(a, argparse._StoreTrueAction) or isinstance(a, argparse._StoreAction)
-                     or a.nargs is None]
-        supported_keys = {k for a in supported for k in _config_keys(a)}
-        store_true = {k for a in parser._actions if isinstance(a, argparse._StoreTrueAction) for k in _config_keys(a)}
-        unsupported = {k: a for a in parser._actions
-                       if a.option_strings and a not in supported and "--config" not in a.option_strings
-                       and "-h" not in a.option_strings
-                       for k in _config_keys(a) if k not in supported_keys}
-
+    store_true, unsupported = _config_rules(parser, version)
     config_args: list[str] = []
     for key, value in data.items():
         key_norm = str(key).replace("-", "_")
@@ -339,6 +326,42 @@ def merge_config(argv: list[str], parser: argparse.ArgumentParser, version: str)
         else:
             config_args.extend([f"--{key}", str(value)])
     return config_args + argv[:index] + argv[index + 2:]
+
+
+def config_refusal(parser: argparse.ArgumentParser, version: str, key: str) -> str | None:
+    """The error the version's --config merger raises for `key` whatever its value, or None if it takes it."""
+    action = _config_rules(parser, version)[1].get(key.replace("-", "_"))
+    if action is None:
+        return None
+    return f"Unsupported config option '{key.replace('-', '_')}' with action '{action.__class__.__name__}'"
+
+
+def _config_rules(parser: argparse.ArgumentParser, version: str) -> tuple[set[str], dict[str, argparse.Action]]:
+    """(config keys that are store_true flags, config keys the merger refuses -> their action)."""
+    store_true: set[str] = set()
+    unsupported: dict[str, argparse.Action] = {}
+    if version == "0.5.17":
+        # 0.5.17 (sglang/srt/server_args_config_parser.py) keys both maps by dest: store_true dests become bare
+        # flags, and a key equal to the dest of an action that is neither store_true nor store is refused.
+        # So the current spelling of a renamed flag whose deprecated alias stores into it
+        # (`cuda-graph-max-bs-decode`, dest of the alias --cuda-graph-max-bs) is refused in a config file.
+        store_true = {a.dest for a in parser._actions if isinstance(a, argparse._StoreTrueAction)}
+        unsupported = {a.dest: a for a in parser._actions
+                       if a.option_strings and not isinstance(a, (argparse._StoreTrueAction, argparse._StoreAction))
+                       and not {"--config", "--help", "-h"} & set(a.option_strings)}
+    elif version != "0.5.6":
+        # 0.5.23 knows the parser: store_true keys become bare flags; actions that are neither store_true
+        # nor single-value (e.g. the deprecated store-true flags, nargs=0) are refused.
+        supported = [a for a in parser._actions
+                     if isinstance(a, argparse._StoreTrueAction) or isinstance(a, argparse._StoreAction)
+                     or a.nargs is None]
+        supported_keys = {k for a in supported for k in _config_keys(a)}
+        store_true = {k for a in parser._actions if isinstance(a, argparse._StoreTrueAction) for k in _config_keys(a)}
+        unsupported = {k: a for a in parser._actions
+                       if a.option_strings and a not in supported and "--config" not in a.option_strings
+                       and "-h" not in a.option_strings
+                       for k in _config_keys(a) if k not in supported_keys}
+    return store_true, unsupported
 
 
 def parse_argv(argv: Sequence[str], version: str) -> dict[str, Any]:

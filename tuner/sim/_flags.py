@@ -1,10 +1,11 @@
 """The command-line flags of each emulated SGLang version, as data read from SGLang's own parser.
 
 `flags/sglang-<version>.json` is the complete table of the parser `python -m sglang.launch_server` builds
-(0.5.23: 531 flags; 0.5.6: 288), written by scripts/gen_sim_flags.py from the real package installed without
+(0.5.23: 531 flags; 0.5.17: 475; 0.5.6: 288), written by scripts/gen_sim_flags.py from the real package installed without
 its GPU stack by scripts/setup_sglang_ref.sh:
 
     bash scripts/setup_sglang_ref.sh && .venv-sglang/bin/python scripts/gen_sim_flags.py
+    SGLANG_VERSION=0.5.17 bash scripts/setup_sglang_ref.sh && .venv-sglang0517/bin/python scripts/gen_sim_flags.py
     SGLANG_VERSION=0.5.6 bash scripts/setup_sglang_ref.sh && .venv-sglang056/bin/python scripts/gen_sim_flags.py
 
 tests/contract/test_flags_contract.py checks the data and the parser `_args.py` builds from it against the
@@ -21,7 +22,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-VERSIONS = ("0.5.6", "0.5.23")
+VERSIONS = ("0.5.6", "0.5.17", "0.5.23")
 
 
 @dataclass(frozen=True)
