@@ -106,6 +106,10 @@ prepare() {
     git -C "$repo" rev-parse HEAD >"$carry/TUNER_COMMIT"
     [ -z "$(git -C "$repo" status --porcelain -- tuner pyproject.toml scripts search_spaces)" ] \
         || say "note: uncommitted changes here; the tuner wheel holds HEAD $(cut -c1-12 "$carry/TUNER_COMMIT") without them (scripts/ and search_spaces/ travel as they are)"
+    # The study goes on from where the last session left it (docs/gpu-sglang-0517/trials.db, committed).
+    if [ ! -f "$carry/state/trials.db" ] && [ -f "$repo/docs/gpu-sglang-0517/trials.db" ]; then
+        cp "$repo/docs/gpu-sglang-0517/trials.db" "$carry/state/trials.db" && say "state: trials.db from docs/gpu-sglang-0517"
+    fi
     check_size
     echo "run(command=\"bash scripts/gpu_sglang.sh run\", carry=[\"$carry_rel\"], timeout_s=600)"
 }
