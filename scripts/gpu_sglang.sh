@@ -29,7 +29,7 @@
 #   5. near the budget's end: with GPU_FINISH=1 (or once the study has its GPU_TRIALS trials) the study is
 #      interrupted (the tuner stops the server and marks the trial) and `show`, `export`, `report` run;
 #   6. brings back under $OUT: trials.db (an SQLite backup, taken while the study runs), gpu_sglang.log,
-#      study.log, runs.tar.gz (per-trial server logs), jit.tar.gz (when it changed), results.txt.
+#      study.log, runs.tar.gz (per-trial server logs), jit.tar.xz (where it fits), results.txt.
 # Other settings: GPU_SPACE (default search_spaces/sglang-0.5.17-h100-llama3-8b.yaml), GPU_TRIALS (24).
 set -euo pipefail
 
@@ -93,7 +93,8 @@ prepare() {
     find "$site" -name '*.so*' -type f -exec strip --strip-debug {} + 2>/dev/null || true
     find "$site" -name __pycache__ -prune -exec rm -rf {} +
     say "overlay: $(du -sh "$site" | cut -f1) unpacked; packing with xz"
-    tar -C "$site" -cf - . | xz -6 -T0 >"$carry/overlay.tar.xz.tmp" && mv "$carry/overlay.tar.xz.tmp" "$carry/overlay.tar.xz"
+    # -9e: a few MiB less than -6, room the JIT caches need in the 64 MiB a call carries.
+    tar -C "$site" -cf - . | xz -9e -T0 >"$carry/overlay.tar.xz.tmp" && mv "$carry/overlay.tar.xz.tmp" "$carry/overlay.tar.xz"
     echo "$SGLANG_VERSION" >"$carry/SGLANG_VERSION"
 
     rm -f "$carry"/wheels/*.whl
@@ -127,7 +128,7 @@ take() {
     [ -d "$from" ] || die "usage: bash scripts/gpu_sglang.sh take DIR   (the files_at folder of the last run)"
     mkdir -p "$carry/state"
     local f
-    for f in trials.db jit.tar.gz; do
+    for f in trials.db jit.tar.xz; do
         [ -f "$from/$f" ] && cp "$from/$f" "$carry/state/$f" && say "took $f ($(du -h "$from/$f" | cut -f1))"
     done
     mkdir -p "$repo/.cache/gpu-sglang/calls"
@@ -187,8 +188,9 @@ PY
     if [ -z "$running" ] && [ -f "$carry/state/trials.db" ]; then
         cp "$carry/state/trials.db" "$work/trials.db" && say "restored trials.db of the last call"
     fi
-    if [ ! -f "$HOME/.cache/gpu-sglang-jit" ] && [ -f "$carry/state/jit.tar.gz" ]; then
-        tar -C "$HOME" -xzf "$carry/state/jit.tar.gz" && touch "$HOME/.cache/gpu-sglang-jit" && say "restored the JIT caches"
+    if [ ! -f "$HOME/.cache/gpu-sglang-jit" ] && [ -f "$carry/state/jit.tar.xz" ]; then
+        mkdir -p "$HOME/.cache"
+        xz -dc "$carry/state/jit.tar.xz" | tar -C "$HOME" -x && touch "$HOME/.cache/gpu-sglang-jit" && say "restored the JIT caches"
     fi
 
     # 3. The model.
@@ -251,15 +253,19 @@ PY
     cat "$out/results.txt"
     cp "$work/study.log" "$out/" 2>/dev/null || true
     tar -czf "$out/runs.tar.gz" -C "$work" runs $( [ -d "$work/report" ] && echo report ) 2>/dev/null || true
-    # The JIT caches, when they grew: a later call on a fresh machine skips nvcc with them.
-    local jit=()
+    # The JIT caches: a later call on a fresh machine skips nvcc with them. Only the built libraries (*.so) and
+    # triton's cache travel: the object files and sources beside them are rebuilt from the overlay if needed.
+    # They come back only where they fit beside the overlay, the wheels and trials.db in the 58 MiB carried.
+    local jit=() room
     for d in .cache/flashinfer .cache/tvm-ffi .triton/cache .cache/sglang; do [ -d "$HOME/$d" ] && jit+=("$d"); done
     if [ "${#jit[@]}" -gt 0 ]; then
-        tar -czf /tmp/jit.tar.gz -C "$HOME" "${jit[@]}" 2>/dev/null || true
-        local mib
-        mib="$(du -sm /tmp/jit.tar.gz | cut -f1)"
-        if [ "$mib" -le 12 ]; then cp /tmp/jit.tar.gz "$out/"; else say "JIT caches are $mib MiB: not brought back"; fi
         du -sh "${jit[@]/#/$HOME/}" 2>/dev/null || true
+        (cd "$HOME" && find "${jit[@]}" -type f \( -name '*.so' -o -path '.triton/*' \) -print0 \
+            | tar --null -T - -cf - | xz -9 -T0 >/tmp/jit.tar.xz) || true
+        room=$(( MAX_CARRY_MIB - $(du -sm "$carry/overlay.tar.xz" "$carry/wheels" | awk '{s+=$1} END {print s}') - 1 ))
+        local kib=$(( $(stat -c %s /tmp/jit.tar.xz) / 1024 ))
+        if [ "$kib" -le $(( room * 1024 )) ]; then cp /tmp/jit.tar.xz "$out/"; say "JIT caches: $kib KiB brought back"
+        else say "JIT caches: $kib KiB as .so files and triton's cache, over the $room MiB of room: not brought back"; fi
     fi
     nvidia-smi --query-gpu=memory.used --format=csv || true
     ls -la "$out"

@@ -193,3 +193,12 @@ def test_a_record_that_cannot_be_followed_is_refused(tuner, record, expected):
     (tuner.folder / "runs" / "last-run.json").write_text(record if isinstance(record, str) else json.dumps(record))
     _refused(tuner.run("show"), expected)
     assert sorted(p.name for p in tuner.folder.iterdir()) == ["runs", "search_spaces"]
+
+
+def test_an_explicit_default_storage_stays_in_the_printed_next_step(two_storages):
+    """The last run went to b.db, so a plain command follows it there: a confirm of trials.db, asked for with
+    --storage sqlite:///trials.db, must print next steps that name trials.db, or they act on the other study."""
+    done = two_storages.run("confirm", "--storage", "sqlite:///trials.db", "--top", "1", "--repeats", "1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    step = next(line for line in done.stderr.splitlines() if line.startswith("next: "))
+    assert "export --storage sqlite:///trials.db" in step, step

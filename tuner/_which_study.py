@@ -80,12 +80,15 @@ def choose(command: str, storage: str | None, study: str | None,
 def target_args(storage: str, study: optuna.Study, workdir: str | os.PathLike = DEFAULT_WORKDIR) -> list[str]:
     """--storage and --study for a command printed as a next step: the storage and study this command used, less
     what equals the default (the storage sqlite:///trials.db; a study alone in its storage). A run with another
-    --workdir left its record where a plain command does not look, and runs/last-run.json may be an older run's:
-    then the storage is named even where it is the default. The password of a URL is masked, as everywhere the
+    --workdir left its record where a plain command does not look, and runs/last-run.json may be an older run's
+    or point at another storage, which a plain command would follow: then the storage is named even where it
+    is the default. The password of a URL is masked, as everywhere the
     tuner prints one."""
     args = []
     shown = redact_url(storage)
-    if shown != DEFAULT_STORAGE or Path(workdir) != Path(DEFAULT_WORKDIR):
+    record = _last_run(DEFAULT_WORKDIR, needed=False)
+    elsewhere = record is not None and not _same_storage(record.storage, storage)  # a plain command goes there
+    if shown != DEFAULT_STORAGE or Path(workdir) != Path(DEFAULT_WORKDIR) or elsewhere:
         args += ["--storage", shown]
     if len(optuna.get_all_study_names(study._storage)) > 1:
         args += ["--study", study.study_name]
