@@ -46,6 +46,11 @@ Where they differed, and why (8B profile, 5 rounds, 2026-12-04):
   simulator's log showed first batches of 8 and 10 requests where bench_serving's had 1). Through the
   SGLang engine the probe now connects per request too (`Engine.bench_reuses_connections`).
 
+Against a real server (issue 34: SGLang 0.5.17 on the lent GPU, `scripts/gpu_sglang.sh bench`):
+`--url http://127.0.0.1:PORT --tokenizer MODEL_DIR --bench-python python3 [--workload 384,128,512,128]`. The
+server is one started elsewhere; the rounds, the rotation, the cache flush and the ratios are the same, and
+the profile's name in the tables is `external`.
+
 A tokenizer that bench_serving can load offline is needed for its dataset code: the tiny Llama's
 (.cache/tiny-llama, `.venv-sglang/bin/python scripts/make_tiny_model.py .cache/tiny-llama`), which is
 also the simulator's --model-path, so that bench_serving finds it from /model_info as with a real server.
@@ -75,6 +80,7 @@ from _vllm_client import (  # noqa: E402
 SGLANG_PYTHON = REPO / ".venv-sglang" / "bin" / "python"
 BENCH, PROBE, BENCH_AGAIN = "bench_serving", "probe", "bench_serving again"
 PROFILES = ("llama3-8b-h200", "instant")
+EXTERNAL = "external"  # the profile name of a server given with --url
 # Per profile: requests, concurrency, prompt words, output tokens. The 8B server's rate (a few thousand
 # tokens a second) leaves either client's core mostly idle; the instant one is as fast as a client can read.
 WORKLOADS = {"llama3-8b-h200": (128, 32, 256, 128), "instant": (256, 64, 64, 256)}
@@ -158,9 +164,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                                                "default)")
     add_core_args(parser)
     parser.add_argument("--quick", action="store_true", help="one short round per profile (a smoke test)")
+    parser.add_argument("--url", default=None, help="a server started elsewhere (e.g. real SGLang on a GPU) "
+                        "instead of the simulator's profiles")
+    parser.add_argument("--tokenizer", type=Path, default=None, help="with --url: the server's model folder, "
+                        "for bench_serving's tokenizer (default: the tiny Llama)")
+    parser.add_argument("--bench-python", default=None, help="with --url: the Python that has "
+                        f"SGLang (default: {SGLANG_PYTHON.relative_to(REPO)})")
+    parser.add_argument("--workload", default=None, metavar="REQ,CONC,WORDS,OUT", help="with --url: requests, "
+                        "concurrency, prompt words, output tokens (default: the 8B profile's)")
     args = parser.parse_args(argv)
     check_cores(parser, args)
-    args.profiles = [p for p in args.profiles.split(",") if p]
+    args.profiles = [EXTERNAL] if args.url else [p for p in args.profiles.split(",") if p]
+    if args.bench_python and os.sep in args.bench_python:  # bench_serving runs in another folder
+        args.bench_python = str(Path(args.bench_python).absolute())
+    if args.tokenizer:
+        args.tokenizer = args.tokenizer.absolute()
+    if args.workload:
+        try:
+            WORKLOADS[EXTERNAL] = tuple(int(x) for x in args.workload.split(","))
+            assert len(WORKLOADS[EXTERNAL]) == 4
+        except (ValueError, AssertionError):
+            parser.error(f"--workload {args.workload!r}: give four numbers, e.g. 384,128,512,128")
     if args.quick:
         args.rounds = 1
     return args
@@ -205,9 +229,10 @@ def run_bench(base_url: str, w: Workload, dataset: Path, folder: Path, args: arg
     """One `python -m sglang.bench_serving` as a subprocess pinned to the clients' core."""
     out = folder / f"bench-{w.profile}-{w.seed}-{label.replace(' ', '-')}.jsonl"
     cpu_file = out.with_suffix(".cpu.json")
-    argv = ["taskset", "-c", str(args.client_core), str(SGLANG_PYTHON), "-c", _DRIVER,
+    argv = ["taskset", "-c", str(args.client_core), str(args.bench_python or SGLANG_PYTHON), "-c", _DRIVER,
             "--backend", "sglang", "--base-url", base_url, "--dataset-name", "sharegpt",
-            "--dataset-path", str(dataset), "--tokenizer", str(TINY_MODEL), "--num-prompts", str(w.requests),
+            "--dataset-path", str(dataset), "--tokenizer", str(args.tokenizer or TINY_MODEL),
+            "--num-prompts", str(w.requests),
             "--sharegpt-output-len", str(w.output_len), "--max-concurrency", str(w.concurrency),
             "--seed", str(w.seed), "--warmup-requests", str(args.warmups), "--disable-tqdm",
             "--output-file", str(out)]
@@ -243,15 +268,20 @@ def run_probe_once(base_url: str, sim, w: Workload, dataset: Path, args: argpars
 def run_profile(profile: str, folder: Path, args: argparse.Namespace) -> list[Run]:
     from tuner._teardown import stop_server
 
-    # Start-up compressed (weights and graph capture take simulated minutes); serving runs at its speed.
-    sim = start_sim(folder / f"sim-{profile}", args.server_core, profile, str(TINY_MODEL), startup_scale=0.01)
+    sim = None
+    if profile != EXTERNAL:
+        # Start-up compressed (weights and graph capture take simulated minutes); serving runs at its speed.
+        sim = start_sim(folder / f"sim-{profile}", args.server_core, profile, str(TINY_MODEL), startup_scale=0.01)
     runs: list[Run] = []
     try:
-        base_url = f"http://127.0.0.1:{sim.port}"
-        wait_ready(base_url + "/health", sim.popen, sim.log_path, timeout=300)
+        base_url = args.url.rstrip("/") if sim is None else f"http://127.0.0.1:{sim.port}"
+        if sim is not None:
+            wait_ready(base_url + "/health", sim.popen, sim.log_path, timeout=300)
         plan = workloads(profile, args.rounds, args.quick)
         w0 = plan[0]
-        print(f"\n{profile}: simulator (process group {sim.pgid}) on core {args.server_core}, clients on core "
+        where = (f"the server at {base_url}" if sim is None else
+                 f"simulator (process group {sim.pgid}) on core {args.server_core}")
+        print(f"\n{profile}: {where}, clients on core "
               f"{args.client_core}; {args.rounds} round(s) of {w0.requests} requests x {w0.output_len} tokens, "
               f"prompts of {w0.prompt_words} words, concurrency {w0.concurrency}", flush=True)
         for w in plan:
@@ -267,7 +297,8 @@ def run_profile(profile: str, folder: Path, args: argparse.Namespace) -> list[Ru
                 print(f"  round {r.round} {r.client}: {r.output_throughput:,.1f} tok/s, mean TTFT "
                       f"{r.mean_ttft_ms:,.1f} ms", flush=True)
     finally:
-        stop_server(sim, grace=5.0)
+        if sim is not None:
+            stop_server(sim, grace=5.0)
     return runs
 
 
@@ -322,7 +353,7 @@ def print_summary(runs: list[Run]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if not ready_to_run("probe_vs_sglang_bench", sglang_available):
+    if not ready_to_run("probe_vs_sglang_bench", (lambda: None) if args.url else sglang_available):
         return 2
     os.sched_setaffinity(0, {args.client_core})  # the probe runs in this process
     runs: list[Run] = []

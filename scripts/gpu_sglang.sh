@@ -30,7 +30,8 @@
 #      interrupted (the tuner stops the server and marks the trial) and `show`, `export`, `report` run;
 #   6. brings back under $OUT: trials.db (an SQLite backup, taken while the study runs), gpu_sglang.log,
 #      study.log, runs.tar.gz (per-trial server logs), jit.tar.xz (where it fits), results.txt.
-# Other settings: GPU_SPACE (default search_spaces/sglang-0.5.17-h100-llama3-8b.yaml), GPU_TRIALS (24).
+# Other settings: GPU_SPACE (default search_spaces/sglang-0.5.17-h100-llama3-8b.yaml), GPU_TRIALS (24),
+# GPU_MODE=bench (bench_serving against the probe on the winner's server: see bench_there below).
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -207,6 +208,11 @@ for name in ("sglang", "sglang-kernel", "flashinfer-python", "transformers", "to
         print(f"  {name} -")
 PY
 
+    if [ "${GPU_MODE:-study}" = bench ]; then
+        bench_there "$model" "$out" "$work"
+        return
+    fi
+
     # 4. The study, in its own session so that it outlives this call while the machine is held.
     if [ -z "$running" ]; then
         timeout -k 10 180 python3 -m tuner check --space "$space" --model "$model" || die "check failed (above)"
@@ -270,6 +276,32 @@ PY
     nvidia-smi --query-gpu=memory.used --format=csv || true
     ls -la "$out"
     say "$(( SECONDS - t0 )) s; study $(kill -0 "$pid" 2>/dev/null && echo "still running (pid $pid)" || echo ended)"
+}
+
+# GPU_MODE=bench: the study's winner (the baseline where none qualified) on one real server, measured by
+# SGLang 0.5.17's own bench_serving and by the tuner's probe on the same prompts, GPU_BENCH_ROUNDS rounds
+# (benchmarks/probe_vs_sglang_bench.py --url; issue 34, item 6). Brings back bench.txt.
+bench_there() {
+    local model="$1" out="$2" work="$3" port=30000 rounds="${GPU_BENCH_ROUNDS:-3}"
+    [ -f "$carry/state/trials.db" ] && [ ! -f "$work/trials.db" ] && cp "$carry/state/trials.db" "$work/trials.db"
+    python3 -m tuner export --storage "sqlite:///$work/trials.db" --out "$work/best.yaml" \
+        || die "no trial to measure in trials.db"
+    setsid python3 -m sglang.launch_server --config "$work/best.yaml" --model-path "$model" --host 127.0.0.1 \
+        --port "$port" >"$work/bench-server.log" 2>&1 </dev/null &
+    local server=$! waited=0
+    until python3 -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=30)" \
+            "http://127.0.0.1:$port/health_generate" >/dev/null 2>&1; do
+        kill -0 "$server" 2>/dev/null || { tail -40 "$work/bench-server.log"; die "the server exited"; }
+        [ "$waited" -lt 600 ] || { kill -TERM -- "-$server"; die "the server was not ready in 600 s"; }
+        sleep 2; waited=$(( waited + 2 ))
+    done
+    say "server ready after ${waited} s: $(grep -v '^#' "$work/best.yaml" | tr '\n' ' ')"
+    python3 "$repo/benchmarks/probe_vs_sglang_bench.py" --url "http://127.0.0.1:$port" --tokenizer "$model" \
+        --bench-python python3 --rounds "$rounds" --workload "${GPU_BENCH_WORKLOAD:-384,128,512,128}" \
+        2>&1 | tee "$out/bench.txt" || true
+    kill -TERM -- "-$server" 2>/dev/null || true
+    wait "$server" 2>/dev/null || true
+    cp "$work/bench-server.log" "$out/" 2>/dev/null || true
 }
 
 case "${1:-}" in
