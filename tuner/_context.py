@@ -72,7 +72,8 @@ class WorkloadFacts:
     second_direction: str | None = None
 
     def to_attr(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v not in (None, False, [], {})}
+        # Left out where unset (None), off, or empty; a 0 stays.
+        return {k: v for k, v in asdict(self).items() if v is not None and v is not False and v != [] and v != {}}
 
 
 @dataclass(frozen=True)
@@ -115,8 +116,9 @@ def gpu_facts(probe: GpuProbe | None, gpu_ids: Sequence[int] | None, profile: st
     if profile is not None:
         from .sim._profile import load_profile
 
-        hw = load_profile(profile).hardware
-        return GpuFacts(f"simulator profile {load_profile(profile).name}", hw.gpu_count, hw.gpu_name,
+        simulated = load_profile(profile)
+        hw = simulated.hardware
+        return GpuFacts(f"simulator profile {simulated.name}", hw.gpu_count, hw.gpu_name,
                         f"{hw.sm // 10}.{hw.sm % 10}", round(hw.memory_per_gpu_gb, 1), hw.interconnect)
     if probe is None or probe.backend == "none":
         return GpuFacts(f"none: {probe.reason if probe else 'not asked'}")
@@ -169,9 +171,9 @@ class ContextRecorder:
     probe: GpuProbe | None = None
     gpu_ids: Sequence[int] | None = None
     asked_version: ServerVersion | None = None
-    _fixed: tuple[GpuFacts, ModelFacts, WorkloadFacts] | None = None
-    _done: bool = False
-    _lock: threading.Lock = field(default_factory=threading.Lock)  # parallel trials end at once
+    _fixed: tuple[GpuFacts, ModelFacts, WorkloadFacts] | None = field(default=None, init=False, repr=False)
+    _done: bool = field(default=False, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)  # parallel trials
 
     def collect(self, read_back: str | None) -> StudyContext:
         if self._fixed is None:

@@ -89,8 +89,8 @@ def _params(c: Mapping[str, Any], experts: int | None, dtype: str | None, quanti
     # The index's bytes over the dtype's width counts parameters exactly for unquantized weights; quantized ones
     # pack several per byte (and keep scales), so there the shapes are the better guess.
     if weights_bytes and quantization is None and dtype in DTYPE_BYTES:
-        return weights_bytes / DTYPE_BYTES[dtype], f"safetensors index total_size / {DTYPE_BYTES[dtype]} bytes " \
-                                                  f"({dtype})"
+        width = DTYPE_BYTES[dtype]
+        return weights_bytes / width, f"safetensors index total_size / {width} bytes ({dtype})"
     shapes = _params_from_shapes(c, experts)
     if shapes is not None:
         return shapes, "from shapes: embeddings, attention and MLP/experts per layer (norms, biases left out)"
