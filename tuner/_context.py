@@ -121,7 +121,8 @@ def gpu_facts(probe: GpuProbe | None, gpu_ids: Sequence[int] | None, profile: st
         return GpuFacts(f"simulator profile {simulated.name}", hw.gpu_count, hw.gpu_name,
                         f"{hw.sm // 10}.{hw.sm % 10}", round(hw.memory_per_gpu_gb, 1), hw.interconnect)
     if probe is None or probe.backend == "none":
-        return GpuFacts(f"none: {probe.reason if probe else 'not asked'}")
+        # Shortened: the dashboard shows the whole context only within 1024 characters.
+        return GpuFacts(f"none: {probe.reason[:160] if probe else 'not asked'}")
     gpus = [g for g in probe.gpus() if gpu_ids is None or g.index in gpu_ids]
     if not gpus:
         return GpuFacts(f"none: {probe.backend} sees none of GPUs {list(gpu_ids or [])}")

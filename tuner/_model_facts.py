@@ -90,10 +90,11 @@ def _params(c: Mapping[str, Any], experts: int | None, dtype: str | None, quanti
     # pack several per byte (and keep scales), so there the shapes are the better guess.
     if weights_bytes and quantization is None and dtype in DTYPE_BYTES:
         width = DTYPE_BYTES[dtype]
-        return weights_bytes / width, f"safetensors index total_size / {width} bytes ({dtype})"
+        return weights_bytes / width, f"safetensors total_size / {width}"
     shapes = _params_from_shapes(c, experts)
     if shapes is not None:
-        return shapes, "from shapes: embeddings, attention and MLP/experts per layer (norms, biases left out)"
+        # Embeddings, attention and MLP/experts per layer; norms and biases are left out (well under 1%).
+        return shapes, "shapes"
     return None, None
 
 
