@@ -158,3 +158,14 @@ def test_dashboard_best_trial_is_a_feasible_one(study_folder, dashboard):
 def test_dashboard_serves_its_page(dashboard):
     page = dashboard.get("/dashboard/studies/1")
     assert page.status_code == 200 and "<html" in page.text.lower()
+
+
+def test_the_study_page_shows_the_study_context(study_folder, dashboard):
+    """optuna-dashboard 0.21 lists study user attrs in its study page's "Study User Attributes" table, as JSON cut
+    at 1024 characters: the context is served whole, so the attr needs no note of its own."""
+    import json
+
+    sid = _study_id(dashboard, "faults")
+    served = {a["key"]: a["value"] for a in dashboard.get(f"/api/studies/{sid}").json()["user_attrs"]}
+    assert json.loads(served["context"]) == study_folder.study("faults").user_attrs["context"]
+    assert "Study User Attributes" in dashboard.get("/static/bundle.js").text

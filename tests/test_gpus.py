@@ -12,6 +12,7 @@ import time
 import pytest
 
 from conftest import REPO
+from tuner._context import gpu_facts
 from tuner._errors import UsageError
 from tuner._gpus import GpuProbe, MemoryBaseline, check_gpu_ids, parse_gpu_list
 from tuner._slots import NotEnoughGpus, SlotPool
@@ -36,6 +37,10 @@ def test_probe_without_gpu_says_none_and_why():
     # Nothing to compare against: never blocks a slot, and any id passes (the server will say).
     assert MemoryBaseline(probe, (0, 1)).settled((0, 1))
     check_gpu_ids(probe, (0, 7))
+    # The study's context says "none" and why, rather than inventing a GPU.
+    assert probe.compute_capability(0) is None and probe.nvlink_links(0) is None
+    facts = gpu_facts(probe, None, None)
+    assert facts.count == 0 and facts.source.startswith("none: NVML")
 
 
 @pytest.mark.parametrize("text, ids", [
@@ -121,6 +126,19 @@ def test_probe_lists_gpus_with_memory():
     assert sorted(PROBE.used_mib([g.index for g in gpus])) == [g.index for g in gpus]
     with pytest.raises(UsageError):
         check_gpu_ids(PROBE, (len(gpus) + 7,))
+
+
+@needs_gpu
+def test_the_study_context_reads_the_gpus_name_capability_and_links():
+    gpus = PROBE.gpus()
+    capability = PROBE.compute_capability(gpus[0].index)
+    assert capability is not None and capability.replace(".", "").isdigit()
+    links = PROBE.nvlink_links(gpus[0].index)
+    assert (links is None) if PROBE.backend != "nvml" else links >= 0
+    facts = gpu_facts(PROBE, [g.index for g in gpus], None)
+    assert (facts.source, facts.count, facts.name, facts.compute_capability) == \
+        (PROBE.backend, len(gpus), gpus[0].name, capability)
+    assert facts.memory_gb == round(gpus[0].memory_total_mib / 1024, 1)
 
 
 @needs_gpu

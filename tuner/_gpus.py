@@ -70,6 +70,40 @@ class GpuProbe:
         mem = self._nvml.nvmlDeviceGetMemoryInfo(h)
         return GPU(i, name.decode() if isinstance(name, bytes) else name, mem.total >> 20, mem.used >> 20)
 
+    def compute_capability(self, index: int) -> str | None:
+        """'9.0' for a Hopper GPU; None where it cannot be read."""
+        try:
+            if self.backend == "nvml":
+                h = self._nvml.nvmlDeviceGetHandleByIndex(index)
+                major, minor = self._nvml.nvmlDeviceGetCudaComputeCapability(h)
+            elif self.backend == "torch":
+                import torch
+
+                major, minor = torch.cuda.get_device_capability(index)
+            else:
+                return None
+        except Exception:  # an old driver or library: the fact is left out, not the run
+            return None
+        return f"{major}.{minor}"
+
+    def nvlink_links(self, index: int) -> int | None:
+        """How many of the GPU's NVLink links are up (0: none, the GPUs talk over PCIe); None where NVML cannot
+        tell. One cheap NVML call per link, so read once per study, not per trial."""
+        if self.backend != "nvml":
+            return None
+        nvml = self._nvml
+        try:
+            h = nvml.nvmlDeviceGetHandleByIndex(index)
+        except Exception:
+            return None
+        up = 0
+        for link in range(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18)):
+            try:
+                up += nvml.nvmlDeviceGetNvLinkState(h, link) == getattr(nvml, "NVML_FEATURE_ENABLED", 1)
+            except Exception:  # NVML_ERROR_NOT_SUPPORTED / INVALID_ARGUMENT past the GPU's last link
+                break
+        return up
+
     def describe(self) -> str:
         if self.backend == "none":
             return f"no GPU visible: {self.reason}"

@@ -17,6 +17,7 @@ import optuna
 from optuna.trial import TrialState
 
 from ._check import CheckReport, check_flags, parse_help, raise_on_errors, server_help
+from ._context import ContextRecorder
 from ._errors import UsageError
 from ._gpus import GpuProbe, MemoryBaseline, check_gpu_ids, parse_gpu_list
 from ._slots import SlotPool
@@ -199,8 +200,11 @@ def run(options: RunOptions, stream=sys.stderr) -> optuna.Study:
                        gpus_settled=baseline.settled if baseline else None,
                        gpu_holders=baseline.new_processes if baseline else None)
     redactor = Redactor(prepared.env, [api_key] if api_key else [])
+    # The study's context (engine version, GPUs, model, workload), for later studies to match: tuner/_context.py.
+    context = ContextRecorder(spec, prepared.profile, gpu_probe, pool.gpu_ids if pool else None,
+                              prepared.server_version)
     worker = Worker(spec, ctx, workdir, options.sampler, FileSystemArtifactStore(str(artifacts)), redactor,
-                    on_trial_end=progress.trial_end, pool=pool)
+                    on_trial_end=context.after(progress.trial_end), pool=pool)
     done = _finished(study)
     remaining = options.trials - done
     progress.say(f"study '{study_name}' on {redact_url(options.storage)}: {done} of {options.trials} trials done; "

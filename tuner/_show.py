@@ -9,6 +9,7 @@ from collections import Counter, defaultdict
 
 from optuna.trial import FrozenTrial, TrialState
 
+from ._context import ATTR as CONTEXT_ATTR, describe as describe_context
 from ._errors import NoEligibleTrialError
 from ._progress import fit, format_value, table
 from ._redact import redact_url
@@ -65,6 +66,9 @@ def show(storage: str, study_name: str | None, sort: str = "value", failed_only:
         parts.append("\n".join(textwrap.fill(line, width=width, subsequent_indent="  ", break_on_hyphens=False)
                                for line in (f"winner: {best.describe(metric)}", f"  {flags}")))
         parts[-1] += _certainty(study, best, shlex.join(target_args(storage, study)), width)
+    if study.user_attrs.get(CONTEXT_ATTR):  # what the study ran on and for, as its first trial found it
+        parts.append(textwrap.fill("context: " + describe_context(study.user_attrs[CONTEXT_ATTR]), width=width,
+                                   subsequent_indent="  ", break_on_hyphens=False, break_long_words=False))
     parts.append(failure_breakdown(everything, width))
     parts.append(_messages(trials, width))
     return "\n\n".join(p for p in parts if p)
