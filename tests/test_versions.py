@@ -112,7 +112,7 @@ def test_upgrade_names_what_it_cannot_map_and_writes_nothing(tuner):
                  "params.dsa-decode-backend.choices: trtllm is not a choice of --nsa-decode-backend in SGLang 0.5.6"):
         assert item in done.stderr
     assert not (tuner.folder / "old.yaml").exists()
-    assert "error: --to 0.5.7: the tuner has the flags of SGLang 0.5.6 and 0.5.23 only" in \
+    assert "error: --to 0.5.7: the tuner has the flags of SGLang 0.5.6, 0.5.17 and 0.5.23 only" in \
         tuner.run("space", "upgrade", "--to", "0.5.7", str(space)).stderr
 
 

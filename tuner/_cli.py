@@ -144,6 +144,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         from ._run import check
 
         return 2 if check(args.space, args.simulate, args.model).errors else 0
+    if args.command == "space":
+        from ._upgrade import upgrade_command
+
+        upgrade_command(args.file, args.to, args.source, args.out)
+        return 0
     raise UsageError(f"unknown command {args.command}")
 
 
@@ -159,11 +164,6 @@ def _read(args: argparse.Namespace, target: Target) -> int:
         from ._export import export
 
         export(target.storage, target.study, args.out, args.format, args.trial, target.notes)
-        return 0
-    if args.command == "space":
-        from ._upgrade import upgrade_command
-
-        upgrade_command(args.file, args.to, args.source, args.out)
         return 0
     if args.command == "show":
         from ._show import show

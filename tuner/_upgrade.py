@@ -21,7 +21,7 @@ from ._errors import SpaceError, UsageError
 from ._space_text import rewrite
 from ._spec import Spec, load_spec, parse_spec
 from .engines import get_engine
-from .engines._sglang_versions import NOTES, RENAMES, Flag, flags, release, versions
+from .engines._sglang_versions import NOTES, RENAMES, Flag, flags, listed, release, versions
 
 
 @dataclass
@@ -49,7 +49,7 @@ def upgrade_space(path: Path, to: str, source: str | None = None, shown_as: str 
     """The space at `path` rewritten for SGLang `to`; UsageError naming whatever cannot be rewritten."""
     known = versions()
     if to not in known:
-        raise UsageError(f"--to {to}: the tuner has the flags of SGLang {' and '.join(known)} only",
+        raise UsageError(f"--to {to}: the tuner has the flags of SGLang {listed(known)} only",
                          f"pass --to {known[-1]}, say")
     text = _read(path)
     spec = load_spec(path)
@@ -90,11 +90,11 @@ def _source_version(spec: Spec, path: Path, to: str, asked: str | None) -> str:
         if fits == [to]:
             return to
         raise UsageError(f"cannot tell which SGLang version {path} is written for (the flags of "
-                         f"{' and '.join(known)} take {'all of it' if others else 'none of it whole'})",
+                         f"{listed(known)} take {'all of it' if others else 'none of it whole'})",
                          f"add sglang-version: \"X\" to it, or pass --from X ({' or '.join(known)})")
     if source not in known:
         raise UsageError(f"{path} is written for SGLang {source}, and the tuner has the flags of "
-                         f"{' and '.join(known)} only", "pass --from with one of those, or rename the flags by hand")
+                         f"{listed(known)} only", "pass --from with one of those, or rename the flags by hand")
     errors = check_flags(spec, version_help(source)).errors
     if errors:
         raise UsageError(f"{path} does not pass SGLang {source}'s own flags: {errors[0]}",

@@ -8,7 +8,7 @@ from pathlib import Path
 from ._check import CheckReport, versions_taking
 from ._server_version import ServerVersion
 from ._spec import Spec
-from .engines._sglang_versions import versions
+from .engines._sglang_versions import listed, versions
 
 
 def written_for(spec: Spec) -> str | None:
@@ -56,7 +56,7 @@ def add_verdict(report: CheckReport, spec: Spec, space_path: Path, server: Serve
     if written in known and running in known:
         fixes.append(f"rewrite it with: {upgrade_command(space_path, written, running)}")
     elif not fixes:
-        fixes.append(f"rename the flags by hand: the tuner has the flags of SGLang {' and '.join(known)} only")
+        fixes.append(f"rename the flags by hand: the tuner has the flags of SGLang {listed(known)} only")
     text = f"{what}: {', or '.join(fixes)}"
     if report.errors:
         report.hint = text

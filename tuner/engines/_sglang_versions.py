@@ -57,6 +57,12 @@ def versions() -> tuple[str, ...]:
     return tuple(sorted(VERSIONS, key=release))
 
 
+def listed(names) -> str:
+    """Versions for a message: '0.5.6, 0.5.17 and 0.5.23'."""
+    names = list(names)
+    return " and ".join(names) if len(names) < 3 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
 def release(version: str) -> tuple[int, ...]:
     """'0.5.23' -> (0, 5, 23); the parts up to the first that is not a number."""
     parts = []
