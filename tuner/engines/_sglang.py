@@ -211,21 +211,26 @@ class SGLang(Engine):
         --cuda-graph-max-bs stores into that dest (found on a real H100). Its alias spelling is accepted and
         parses to the same value. The merger is judged by the simulator's model of it, which the contract
         tests hold to each version's real one."""
-        from ..sim._args import build_parser, config_refusal
+        from ..sim._args import build_parser, refused_config_keys
         from ..sim._flags import VERSIONS
 
         if version not in VERSIONS:
             return dict(flags), {}
         parser = build_parser(version)
+        refusing = refused_config_keys(parser, version)
+
+        def taken(key: str) -> bool:
+            return key.replace("-", "_") not in refusing
+
         accepted, refused = {}, {}
         for name, value in flags.items():
-            if config_refusal(parser, version, name) is None:
+            if taken(name):
                 accepted[name] = value
                 continue
             action = parser._option_string_actions.get(f"--{name}")
             aliases = [o[2:] for a in parser._actions if action is not None and a.dest == action.dest
                        and a is not action and a.nargs == action.nargs for o in a.option_strings if o.startswith("--")]
-            alias = next((a for a in aliases if config_refusal(parser, version, a) is None), None)
+            alias = next((a for a in aliases if taken(a)), None)
             if alias is None:
                 refused[name] = value
             else:

@@ -328,12 +328,9 @@ def merge_config(argv: list[str], parser: argparse.ArgumentParser, version: str)
     return config_args + argv[:index] + argv[index + 2:]
 
 
-def config_refusal(parser: argparse.ArgumentParser, version: str, key: str) -> str | None:
-    """The error the version's --config merger raises for `key` whatever its value, or None if it takes it."""
-    action = _config_rules(parser, version)[1].get(key.replace("-", "_"))
-    if action is None:
-        return None
-    return f"Unsupported config option '{key.replace('-', '_')}' with action '{action.__class__.__name__}'"
+def refused_config_keys(parser: argparse.ArgumentParser, version: str) -> frozenset[str]:
+    """The keys (underscored) the version's --config merger refuses whatever their value."""
+    return frozenset(_config_rules(parser, version)[1])
 
 
 def _config_rules(parser: argparse.ArgumentParser, version: str) -> tuple[set[str], dict[str, argparse.Action]]:
