@@ -152,7 +152,7 @@ def _run(setup: Setup, concurrency: int, input_len: int, output_len: int, num_re
         status = "nan"
     elif health.garbage:
         status = "garbage"
-    elif health.logprob_drift:
+    elif health.logprob_drift or health.decode_position_error:
         status = "logprob_drift"
     else:
         status = "ok"
