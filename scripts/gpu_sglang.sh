@@ -189,6 +189,18 @@ def display(*objs, **kwargs):
         print(getattr(obj, "data", obj))
 PY
     fi
+    # sglang.bench_serving imports HF `datasets` at module level for its MMMU loader; the image has none, and
+    # the bench (GPU_MODE=bench) sends its own prompts. A stand-in that loads nothing.
+    if ! python3 -c 'import datasets' 2>/dev/null; then
+        mkdir -p "$site/datasets"
+        cat >"$site/datasets/__init__.py" <<'PY'
+"""datasets stand-in (scripts/gpu_sglang.sh): bench_serving imports it; the bench loads nothing from it."""
+
+
+def load_dataset(*args, **kwargs):
+    raise RuntimeError("no Hugging Face datasets here (scripts/gpu_sglang.sh)")
+PY
+    fi
 
     # 2. The state of earlier calls (not over a study that is running here now).
     local pidfile="$work/study.pid" running=""
