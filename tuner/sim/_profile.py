@@ -92,7 +92,8 @@ class Startup:
     init_distributed_s: float = 2.0
     weight_load_s: float = 20.0
     kv_alloc_s: float = 0.5
-    capture_s_per_size: float = 0.4  # per captured decode batch size
+    capture_s_per_size: float = 0.4  # per captured batch size (decode) or token count (prefill)
+    capture_s_per_1k_tokens: float = 0.0  # prefill graphs: per 1k tokens over all the captured token counts
     torch_compile_s: float = 60.0
     torch_compile_s_per_size: float = 2.0
     server_start_s: float = 1.0  # uvicorn up, tokenizer manager ready
@@ -124,6 +125,9 @@ class MemoryModel:
     graph_per_bs_gb: float = 0.01  # per request slot of the largest captured size
     torch_compile_gb: float = 0.5
     capture_workspace_gb: float = 0.3  # transient need while capturing
+    # Prefill graphs (0.5.17+): static buffers, plus a pool that grows with the largest captured token count.
+    prefill_graph_fixed_gb: float | None = None  # None: graph_fixed_gb
+    prefill_graph_gb_per_1k_tokens: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -141,8 +145,8 @@ class Override:
     fail: str | None = None  # an exception line: the start fails with it
 
 
-HEALTH_EFFECTS = ("fine", "nan_after_tokens", "nan_when_batch_over", "garbage", "logprob_drift", "crash_on_start",
-                  "crash_at_capture", "hang_at_capture", "crash_under_load")
+HEALTH_EFFECTS = ("fine", "nan_after_tokens", "nan_when_batch_over", "garbage", "logprob_drift", "diverge_after_tokens",
+                  "crash_on_start", "crash_at_capture", "hang_at_capture", "crash_under_load")
 
 
 @dataclass(frozen=True)

@@ -163,7 +163,11 @@ class GenRequest(Req):
             self.plan_at = len(plan)
         ids = self.tok.pseudo_ids
         if s.temperature <= 0:
-            return ids[splitmix64(h) % len(ids)]
+            best = splitmix64(h) % len(ids)
+            diverge = self.numerics.health.diverge_after_tokens
+            if diverge is not None and self.n_out >= diverge:
+                best = (best + 1 + splitmix64(h ^ _DIVERGE_SALT) % (len(ids) - 1)) % len(ids)  # the runner-up
+            return ids[best]
         return ids[self.rng.randrange(len(ids))]
 
     def _top(self, h: int, tid: int, lp: float | None) -> list[tuple[float | None, int]]:
@@ -204,6 +208,9 @@ class GenRequest(Req):
                 and self.finish["matched"] != "NaN happened":
             text = text[: text.rfind(self.finish["matched"])]
         return text
+
+
+_DIVERGE_SALT = 0x5EED0D1FF
 
 
 def prefix_hashes(ids: list[int]) -> list[int]:
