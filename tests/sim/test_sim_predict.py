@@ -91,3 +91,67 @@ def test_stream_rate_floor(start_sim):
         rate = 5000 / (time.monotonic() - started)
     print(f"instant profile, one client, /v1/completions stream: {rate:,.0f} tokens/s ({n} events)")
     assert rate > 2000  # loose floor; the benchmark measures the real figure
+
+
+H100 = "sglang-0.5.17-h100-llama3-8b"
+WAVES = dict(concurrency=128, input_len=1225, output_len=128, num_requests=384)  # the real study's probe
+
+
+def test_h100_twin_kv_pool_is_what_real_sglang_read_back():
+    """max_total_num_tokens of trials 0-9 of docs/gpu-sglang-0517/trials.db, by mem-fraction-static:
+    SGLang's slack is (1 - fraction) of the memory free before the weights load, not of the card."""
+    profile = load_profile(H100)
+    real = {0.70: 327_313, 0.76: 365_932, 0.78: 378_752, 0.88: 443_171, 0.92: 468_918, 0.94: 481_728, 0.96: 494_664}
+    for fraction, tokens in real.items():
+        got = predict(profile, ["--mem-fraction-static", str(fraction), "--cuda-graph-backend-prefill", "disabled"],
+                      1, 10, 1).kv_tokens
+        assert got == pytest.approx(tokens, rel=2e-3), fraction
+
+
+def test_h100_twin_prefill_graphs_cost_start_up_and_memory():
+    """0.5.17 captures breakable prefill graphs for every token count up to the chunk (58 for 8192, largest
+    first); their pool grows with the largest count and its activations are held while capturing."""
+    from tuner.sim._resolve import prefill_capture_tokens
+
+    assert len(prefill_capture_tokens(8192)) == 58 and len(prefill_capture_tokens(16384)) == 74
+    profile = load_profile(H100)
+    startup = {chunk: predict(profile, ["--chunked-prefill-size", str(chunk)], **WAVES).startup_s
+               for chunk in (2048, 8192, 16384)}
+    off = predict(profile, ["--cuda-graph-backend-prefill", "disabled"], **WAVES).startup_s
+    assert off < startup[2048] < startup[8192] < startup[16384]
+    full = ["--mem-fraction-static", "0.96"]  # trial 1: OOM capturing the 8192-token graphs
+    failed = predict(profile, full, **WAVES)
+    assert failed.status == "oom" and failed.stage == "capture"
+    assert predict(profile, [*full, "--chunked-prefill-size", "4096"], **WAVES).status == "ok"
+    assert predict(profile, [*full, "--cuda-graph-backend-prefill", "disabled"], **WAVES).status == "ok"
+
+
+def test_h100_twin_graphs_speed_decode_not_long_prefills():
+    """Eager decode at batch 128 is slower than a replayed graph (trials 5 and 9); an eager prefill of 8192
+    tokens hides its launches behind its kernels, so prefill graphs change little at these chunk sizes."""
+    profile = load_profile(H100)
+    graphs = predict(profile, [], **WAVES)
+    eager = predict(profile, ["--cuda-graph-backend-decode", "disabled"], **WAVES)
+    assert eager.itl_s > 1.2 * graphs.itl_s
+    no_prefill_graphs = predict(profile, ["--cuda-graph-backend-prefill", "disabled"], **WAVES)
+    assert no_prefill_graphs.output_tok_s == pytest.approx(graphs.output_tok_s, rel=0.01)
+    short = dict(concurrency=1, input_len=16, output_len=1, num_requests=50)  # launch-bound prefills
+    assert predict(profile, ["--cuda-graph-backend-prefill", "disabled"], **short).ttft_s > \
+        predict(profile, [], **short).ttft_s
+
+
+def test_h100_twin_failures_of_the_real_study():
+    profile = load_profile(H100)
+    compiled = predict(profile, ["--enable-torch-compile"], **WAVES)  # trial 8: not ready after 480 s
+    assert compiled.status == "ok" and compiled.startup_s > 480
+    native = predict(profile, ["--attention-backend", "torch_native", "--cuda-graph-backend-decode", "full"], **WAVES)
+    assert native.resolved["cuda_graph_config"]["decode"]["backend"] == "disabled"  # as 0.5.17 logs it
+    assert native.status == "diverged"  # trials 2 and 4: wrong_answer at the baseline-agreement check
+    assert predict(profile, ["--attention-backend", "triton"], **WAVES).status == "diverged"
+
+
+def test_progress_is_what_the_probe_reports_to_the_pruner():
+    p = predict(load_profile(H100), [], **WAVES)
+    shares = [share for share, _ in p.progress]
+    assert shares == sorted(set(shares)) and all(share % 10 == 0 for share in shares) and shares[-1] == 1000
+    assert p.progress[-1][1] == pytest.approx(p.output_tok_s, rel=1e-6)
