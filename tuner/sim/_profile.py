@@ -80,6 +80,7 @@ class ModelSpec:
     eos_token_id: int = 1
     token0_text: str = "!"  # what id 0 decodes to (NaN logits argmax to it)
     model_type: str = ""  # the HF config's model_type (/model_info); "" = from the architecture's name
+    chars_per_token: float = 0.0  # the tokenizer: 0 = a token per word or symbol; else sub-word pieces
 
     @property
     def hf_model_type(self) -> str:
