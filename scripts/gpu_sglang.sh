@@ -72,31 +72,38 @@ prepare() {
                 --platform manylinux_2_5_x86_64 --platform manylinux1_x86_64 --platform any)
     local pip=(python3 -m pip --disable-pip-version-check)
     mkdir -p "$cache/dl" "$carry/wheels" "$carry/state"
-    say "downloading SGLang $SGLANG_VERSION's wheel set into .cache/gpu-sglang/dl (sglang-kernel alone is 383 MB)"
-    "${pip[@]}" download -q --no-deps "${plat[@]}" -d "$cache/dl" "${SGLANG_NEEDS[@]}" || die "pip download failed"
+    # The overlay changes only with SGLANG_NEEDS: rebuilt where it is missing, of another version, or asked
+    # for (PREPARE_OVERLAY=1); its xz -9e takes minutes.
+    if [ -f "$carry/overlay.tar.xz" ] && [ "$(cat "$carry/SGLANG_VERSION" 2>/dev/null)" = "$SGLANG_VERSION" ] \
+            && [ -z "${PREPARE_OVERLAY:-}" ]; then
+        say "overlay of SGLang $SGLANG_VERSION kept (PREPARE_OVERLAY=1 rebuilds it)"
+    else
+        say "downloading SGLang $SGLANG_VERSION's wheel set into .cache/gpu-sglang/dl (sglang-kernel alone is 383 MB)"
+        "${pip[@]}" download -q --no-deps "${plat[@]}" -d "$cache/dl" "${SGLANG_NEEDS[@]}" || die "pip download failed"
 
-    local site="$cache/site"
-    rm -rf "$site"
-    local wheels=()
-    for spec in "${SGLANG_NEEDS[@]}"; do
-        local name="${spec%%==*}" version="${spec##*==}" norm f
-        norm="$(echo "$name" | tr 'A-Z-' 'a-z_')"
-        f="$(ls "$cache/dl" | grep -i "^${norm}-${version}-" | head -1)"
-        [ -n "$f" ] || die "no wheel of $spec in .cache/gpu-sglang/dl"
-        wheels+=("$cache/dl/$f")
-    done
-    "${pip[@]}" install -q --no-deps --no-compile --target "$site" "${plat[@]}" "${wheels[@]}" \
-        || die "pip install --target of the wheel set failed"
-    # What the triton/flashinfer path on Llama and Qwen never loads (see the header).
-    rm -f "$site"/sgl_kernel/flash_ops.abi3.so "$site"/sgl_kernel/flashmla_ops.abi3.so "$site"/sgl_kernel/infllm_ops*.so
-    rm -rf "$site/sgl_kernel/sm100" "$site/sglang/multimodal_gen" "$site/xgrammar/lib/libxgrammar.a"
-    [ -f "$site/sgl_kernel/sm90/common_ops.abi3.so" ] || die "sgl_kernel/sm90/common_ops.abi3.so missing: H100/H200 need it"
-    find "$site" -name '*.so*' -type f -exec strip --strip-debug {} + 2>/dev/null || true
-    find "$site" -name __pycache__ -prune -exec rm -rf {} +
-    say "overlay: $(du -sh "$site" | cut -f1) unpacked; packing with xz"
-    # -9e: a few MiB less than -6, room the JIT caches need in the 64 MiB a call carries.
-    tar -C "$site" -cf - . | xz -9e -T0 >"$carry/overlay.tar.xz.tmp" && mv "$carry/overlay.tar.xz.tmp" "$carry/overlay.tar.xz"
-    echo "$SGLANG_VERSION" >"$carry/SGLANG_VERSION"
+        local site="$cache/site"
+        rm -rf "$site"
+        local wheels=()
+        for spec in "${SGLANG_NEEDS[@]}"; do
+            local name="${spec%%==*}" version="${spec##*==}" norm f
+            norm="$(echo "$name" | tr 'A-Z-' 'a-z_')"
+            f="$(ls "$cache/dl" | grep -i "^${norm}-${version}-" | head -1)"
+            [ -n "$f" ] || die "no wheel of $spec in .cache/gpu-sglang/dl"
+            wheels+=("$cache/dl/$f")
+        done
+        "${pip[@]}" install -q --no-deps --no-compile --target "$site" "${plat[@]}" "${wheels[@]}" \
+            || die "pip install --target of the wheel set failed"
+        # What the triton/flashinfer path on Llama and Qwen never loads (see the header).
+        rm -f "$site"/sgl_kernel/flash_ops.abi3.so "$site"/sgl_kernel/flashmla_ops.abi3.so "$site"/sgl_kernel/infllm_ops*.so
+        rm -rf "$site/sgl_kernel/sm100" "$site/sglang/multimodal_gen" "$site/xgrammar/lib/libxgrammar.a"
+        [ -f "$site/sgl_kernel/sm90/common_ops.abi3.so" ] || die "sgl_kernel/sm90/common_ops.abi3.so missing: H100/H200 need it"
+        find "$site" -name '*.so*' -type f -exec strip --strip-debug {} + 2>/dev/null || true
+        find "$site" -name __pycache__ -prune -exec rm -rf {} +
+        say "overlay: $(du -sh "$site" | cut -f1) unpacked; packing with xz"
+        # -9e: a few MiB less than -6, room the JIT caches need in the 64 MiB a call carries.
+        tar -C "$site" -cf - . | xz -9e -T0 >"$carry/overlay.tar.xz.tmp" && mv "$carry/overlay.tar.xz.tmp" "$carry/overlay.tar.xz"
+        echo "$SGLANG_VERSION" >"$carry/SGLANG_VERSION"
+    fi
 
     rm -f "$carry"/wheels/*.whl
     "${pip[@]}" download -q --no-deps "${plat[@]}" -d "$carry/wheels" "${TUNER_NEEDS[@]}" || die "pip download of the tuner's needs failed"
@@ -186,7 +193,11 @@ PY
     # 2. The state of earlier calls (not over a study that is running here now).
     local pidfile="$work/study.pid" running=""
     if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then running=1; fi
-    if [ -z "$running" ] && [ -f "$carry/state/trials.db" ]; then
+    # A machine still held since the last call keeps the newer trials.db: the carried one is restored only on a
+    # fresh machine.
+    if [ -f "$work/trials.db" ]; then
+        say "trials.db of this machine kept (held since the last call)"
+    elif [ -f "$carry/state/trials.db" ]; then
         cp "$carry/state/trials.db" "$work/trials.db" && say "restored trials.db of the last call"
     fi
     if [ ! -f "$HOME/.cache/gpu-sglang-jit" ] && [ -f "$carry/state/jit.tar.xz" ]; then
@@ -209,6 +220,10 @@ for name in ("sglang", "sglang-kernel", "flashinfer-python", "transformers", "to
 PY
 
     if [ "${GPU_MODE:-study}" = bench ]; then
+        if [ -n "$running" ]; then
+            say "GPU_MODE=bench: interrupting the study first (one server on the GPU at a time)"
+            stop_study "$(cat "$pidfile")"
+        fi
         bench_there "$model" "$out" "$work"
         return
     fi
@@ -217,7 +232,7 @@ PY
     if [ -z "$running" ]; then
         timeout -k 10 180 python3 -m tuner check --space "$space" --model "$model" || die "check failed (above)"
         setsid nohup python3 -m tuner run --trials "$trials" --space "$space" --model "$model" --gpus 0 --seed 0 \
-            --storage "sqlite:///$work/trials.db" --workdir "$work/runs" >>"$work/study.log" 2>&1 </dev/null &
+            --storage "sqlite:///$work/trials.db" --workdir "$work/runs" --continue >>"$work/study.log" 2>&1 </dev/null &
         echo $! >"$pidfile"
         say "study started (pid $(cat "$pidfile")) at $(( SECONDS - t0 )) s"
     else
@@ -236,9 +251,7 @@ PY
     # 5. Stop the study where asked, or where it ended, and report.
     if [ -n "${GPU_FINISH:-}" ] && kill -0 "$pid" 2>/dev/null; then
         say "GPU_FINISH: interrupting the study"
-        kill -INT "$pid" 2>/dev/null || true
-        local w=0
-        while kill -0 "$pid" 2>/dev/null && [ "$w" -lt 60 ]; do sleep 1; w=$(( w + 1 )); done
+        stop_study "$pid"
     fi
     sed -n "$(( shown + 1 )),\$p" "$work/study.log"
     python3 - "$work/trials.db" "$out/trials.db" <<'PY' || true
@@ -276,6 +289,13 @@ PY
     nvidia-smi --query-gpu=memory.used --format=csv || true
     ls -la "$out"
     say "$(( SECONDS - t0 )) s; study $(kill -0 "$pid" 2>/dev/null && echo "still running (pid $pid)" || echo ended)"
+}
+
+# SIGINT, as Ctrl-C: the tuner stops the server and marks the trial; up to 60 s.
+stop_study() {
+    kill -INT "$1" 2>/dev/null || true
+    local w=0
+    while kill -0 "$1" 2>/dev/null && [ "$w" -lt 60 ]; do sleep 1; w=$(( w + 1 )); done
 }
 
 # GPU_MODE=bench: the study's winner (the baseline where none qualified) on one real server, measured by

@@ -205,3 +205,15 @@ def test_check_says_did_you_mean_for_a_flag_that_abbreviates_one(tuner):
     assert done.returncode == 2
     assert "error: --trust-remote is not a flag of this server; did you mean --trust-remote-code?" in done.stdout
     assert "ambiguous" not in done.stdout
+
+
+def test_continue_tries_the_points_the_edited_space_adds(tuner):
+    path = tuner.space(FAULT_SPACE)
+    assert tuner.run("run", "--trials", "1", "--space", str(path), "--simulate", "instant").returncode == 0
+    path.write_text(path.read_text() + "try-first:\n  - {schedule-conservativeness: 0.5}\n"
+                                       "  - {schedule-conservativeness: 1.0}\n")  # the baseline's: tried already
+    done = tuner.run("run", "--trials", "3", "--space", str(path), "--simulate", "instant", "--continue")
+    assert done.returncode == 0, done.stderr
+    trials = tuner.study("faults").trials
+    assert trials[1].params == {"schedule-conservativeness": 0.5} and trials[1].user_attrs.get("try_first")
+    assert not trials[2].user_attrs.get("try_first")  # the baseline's values were not enqueued again

@@ -29,6 +29,17 @@ class GateResult:
     reference: Mapping[str, list[int]]  # prompt -> greedy token ids, for later trials to agree with
     max_logprob_diff: float | None = None
     skipped: Mapping[str, str] = field(default_factory=dict)  # check -> why it could not be done
+    divergences: tuple[Divergence, ...] = ()  # where greedy output left the baseline's, as near-ties
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Greedy output leaving the baseline's at `position`: `margin` is this server's logprob of its own token
+    minus that of the baseline's token there, both from a prefill of the same context on this server."""
+
+    prompt: str
+    position: int
+    margin: float
 
 
 def run_gate(client: httpx.Client, engine: Engine, spec: GateSpec, *, stage: str = "gate",
@@ -46,6 +57,7 @@ def run_gate(client: httpx.Client, engine: Engine, spec: GateSpec, *, stage: str
     ids: dict[str, list[int]] = {}
     worst_diff: float | None = None
     skipped: dict[str, str] = {}
+    divergences: list[Divergence] = []
 
     def fail(kind: FailureKind, prompt: str, message: str, completion: Completion | None = None) -> None:
         shown = f"prompt: {prompt!r}\noutput: {completion.text[:300]!r}" if completion else f"prompt: {prompt!r}"
@@ -75,12 +87,15 @@ def run_gate(client: httpx.Client, engine: Engine, spec: GateSpec, *, stage: str
             passed.add("known-answer")
         if quick:
             continue
+        prefill: tuple[float | None, ...] | None = None
         if spec.enabled("logprob-consistency") and completion.token_ids:
             try:
-                diff = _prefill_diff(client, engine, item.prompt, completion, stage, timeouts)
+                prefill = _request(lambda: engine.prefill_logprobs(client, item.prompt, completion), stage,
+                                   timeouts)
             except CheckSkipped as exc:
                 skipped["logprob-consistency"] = str(exc)
             else:
+                diff = _mean_diff(completion.logprobs, prefill)
                 if diff is None:
                     fail(FailureKind.NAN, item.prompt, "re-prefill returned NaN or inf logprobs", completion)
                 worst_diff = diff if worst_diff is None else max(worst_diff, diff)
@@ -92,9 +107,21 @@ def run_gate(client: httpx.Client, engine: Engine, spec: GateSpec, *, stage: str
         if spec.enabled("baseline-agreement") and reference and item.prompt in reference:
             want = reference[item.prompt][: spec.agreement_tokens]
             got = list(completion.token_ids[: spec.agreement_tokens])
-            if want and got != want:
-                fail(FailureKind.WRONG_ANSWER, item.prompt,
-                     f"greedy output differs from the baseline's in the first {len(want)} tokens", completion)
+            at = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)
+            if at is not None:
+                try:
+                    margin = _tie_margin(client, engine, item.prompt, completion, at, want[at], prefill, stage,
+                                         timeouts)
+                except CheckSkipped as exc:
+                    skipped["baseline-agreement"] = str(exc)
+                    continue
+                if margin is None or abs(margin) > spec.agreement_tie_tolerance:
+                    shown = "NaN" if margin is None else f"{margin:+.4f}"
+                    fail(FailureKind.WRONG_ANSWER, item.prompt,
+                         f"greedy output leaves the baseline's at token {at}, and not at a near-tie: this server "
+                         f"scores its token {shown} against the baseline's (tie tolerance "
+                         f"{spec.agreement_tie_tolerance})", completion)
+                divergences.append(Divergence(item.prompt, at, margin))
             passed.add("baseline-agreement")
 
     if spec.enabled("determinism") and not quick:
@@ -104,7 +131,8 @@ def run_gate(client: httpx.Client, engine: Engine, spec: GateSpec, *, stage: str
             fail(FailureKind.INCONSISTENT_LOGPROBS, first, "greedy output differs between two identical requests",
                  again)
         passed.add("determinism")
-    return GateResult(time.monotonic() - t0, tuple(sorted(passed)), answers, ids, worst_diff, skipped)
+    return GateResult(time.monotonic() - t0, tuple(sorted(passed)), answers, ids, worst_diff, skipped,
+                      tuple(divergences))
 
 
 class _Timeouts:
@@ -177,11 +205,28 @@ def _request(call, stage: str, timeouts: _Timeouts):
         raise TrialFailure(FailureKind.CRASH_UNDER_LOAD, f"gate request failed: {exc!r}"[:300], "", stage) from exc
 
 
-def _prefill_diff(client: httpx.Client, engine: Engine, prompt: str, completion: Completion,
-                  stage: str, timeouts: _Timeouts) -> float | None:
+def _mean_diff(decode: tuple[float | None, ...], prefill: tuple[float | None, ...]) -> float | None:
     """Mean absolute difference between decode-time and re-prefill logprobs of the same tokens."""
-    prefill = _request(lambda: engine.prefill_logprobs(client, prompt, completion), stage, timeouts)
-    pairs = list(zip(completion.logprobs, prefill))
+    pairs = list(zip(decode, prefill))
     if not pairs or any(a is None or b is None for a, b in pairs):
         return None
     return sum(abs(a - b) for a, b in pairs) / len(pairs)
+
+
+def _tie_margin(client: httpx.Client, engine: Engine, prompt: str, completion: Completion, at: int, theirs: int,
+                prefill: tuple[float | None, ...] | None, stage: str, timeouts: _Timeouts) -> float | None:
+    """This server's prefill logprob of its own token at `at` minus that of the baseline's token `theirs`, in
+    the same context. Kernels that round differently decide a near-tie either way (real bf16 kernels on an
+    H100: triton and flashinfer left each other at the 4th token of 16); a wrong kernel scores the baseline's
+    token far below its own, or its own far below the baseline's (a decode-position error)."""
+    context = completion.token_ids[:at]
+
+    def scored(token: int) -> float | None:
+        probe = Completion("", (*context, token), (), completion.prompt_ids)
+        return _request(lambda: engine.prefill_logprobs(client, prompt, probe), stage, timeouts)[-1]
+
+    own = prefill[at] if prefill is not None else scored(completion.token_ids[at])
+    other = scored(theirs)
+    if own is None or other is None:
+        return None
+    return own - other

@@ -56,6 +56,9 @@ def trial_attrs(result: TrialResult, spec: Spec, extra: Mapping[str, Any] | None
             attrs["gate_skipped"] = dict(result.gate.skipped)
         if result.gate.max_logprob_diff is not None:
             attrs["gate_max_logprob_diff"] = round(result.gate.max_logprob_diff, 6)
+        if result.gate.divergences:
+            attrs["gate_near_ties"] = [{"position": d.position, "margin": round(d.margin, 4)}
+                                       for d in result.gate.divergences]
     if result.probe:
         level = result.probe.level(spec.objective.concurrency)
         attrs.update({k: _round(v) for k, v in level.as_dict().items()})

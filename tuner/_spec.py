@@ -56,7 +56,10 @@ class GateSpec:
     # Real SGLang 0.5.17 on an H100 (flashinfer, bf16, std-0.02 weights) gave 0.055 on every healthy trial:
     # 0.05 failed them all (docs/gpu-sglang-0517/). sglang-jax on an H200 needed 0.1 as well.
     logprob_tolerance: float = 0.1
-    agreement_tokens: int = 4
+    agreement_tokens: int | None = None  # None: the whole greedy output
+    # Where greedy output first leaves the baseline's, the two tokens' logprobs on this server may differ by
+    # this much (a near-tie that kernels rounding differently decide either way); more is a wrong answer.
+    agreement_tie_tolerance: float = 0.25
     recheck_after_load: bool = True
     # The first request of a fresh server may wait out first-use compilation (JIT kernels, torch.compile,
     # autotuning); every later one answers in seconds on a healthy server, so a short timeout ends a hang.
@@ -268,7 +271,9 @@ def _parse_gate(s: Section) -> GateSpec:
                              did_you_mean(str(c), GATE_CHECKS) or f"use some of {', '.join(GATE_CHECKS)}")
     gate = GateSpec(prompts=prompts, max_new_tokens=s.get("max-new-tokens", int, 16), checks=tuple(checks),
                     logprob_tolerance=s.get("logprob-tolerance", float, GateSpec.logprob_tolerance),
-                    agreement_tokens=s.get("agreement-tokens", int, 4),
+                    agreement_tokens=s.get("agreement-tokens", int, None),
+                    agreement_tie_tolerance=s.get("agreement-tie-tolerance", float,
+                                                  GateSpec.agreement_tie_tolerance),
                     recheck_after_load=s.get("recheck-after-load", bool, True),
                     first_request_timeout=s.get("first-request-timeout", float, 600.0),
                     request_timeout=s.get("request-timeout", float, 60.0))

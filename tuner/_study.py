@@ -504,6 +504,9 @@ def load_or_create(storage: optuna.storages.BaseStorage, study_name: str, spec: 
             raise StudyMismatchError(f"study {study_name!r} exists with a different search space",
                                      "pass --continue to go on with the new space, --fresh to start over, "
                                      "or --study NAME for a new study")
+        # Points the edited space asks to try first are tried now (the same values twice are not).
+        for point in spec.try_first:
+            study.enqueue_trial(dict(point), user_attrs={"try_first": True}, skip_if_exists=True)
         study.set_user_attr("space_digest", space_digest(spec))
     if [d.name.lower() for d in study.directions] != directions:
         raise StudyMismatchError(f"study {study_name!r} has other objectives",

@@ -383,9 +383,8 @@ class Health:
     nan_symptom: str = "token0"
     garbage: bool = False
     logprob_drift: float = 0.0
-    # Greedy choices depart from the reference kernels' from this output token on: near-ties that another
-    # backend's rounding breaks the other way (random weights make every choice a near-tie).
-    diverge_after_tokens: int | None = None
+    tie_flip: float = 0.0  # healthy: picks the runner-up where it is this close (kernels that round differently)
+    decode_position_error: bool = False
     crash_under_load: int | None = None  # after this many admitted requests
     crash_batch_over: int | None = None
     crash_message: str | None = None
@@ -393,7 +392,7 @@ class Health:
     @property
     def numerically_fine(self) -> bool:
         return (self.nan_after_tokens is None and self.nan_when_batch_over is None and not self.garbage
-                and not self.logprob_drift)
+                and not self.logprob_drift and not self.decode_position_error)
 
 
 def evaluate_health(profile: Profile, namespace: Mapping[str, Any], extra_nan_batch: int | None = None) -> Health:
@@ -424,12 +423,12 @@ def evaluate_health(profile: Profile, namespace: Mapping[str, Any], extra_nan_ba
                 fields.setdefault("nan_symptom", rule.symptom)
         elif e == "garbage":
             fields["garbage"] = True
-        elif e == "diverge_after_tokens":
-            k = int(rule.value or 0)
-            if fields.get("diverge_after_tokens") is None or k < fields["diverge_after_tokens"]:
-                fields["diverge_after_tokens"] = k
         elif e == "logprob_drift":
             fields["logprob_drift"] = max(fields.get("logprob_drift", 0.0), float(rule.value or 0.3))
+        elif e == "near_tie_flip":
+            fields["tie_flip"] = max(fields.get("tie_flip", 0.0), float(rule.value or 0.1))
+        elif e == "decode_position_error":
+            fields["decode_position_error"] = True
         elif e == "crash_under_load":
             n = int(rule.value or 0)
             if fields.get("crash_under_load") is None or n < fields["crash_under_load"]:

@@ -25,7 +25,7 @@ PROGRESS_EVERY = 10  # thousandths, as tuner/_probe.py reports
 @dataclass(frozen=True)
 class Prediction:
     status: str  # ok | invalid_args | crash_on_start | oom | graph_capture_failed | startup_timeout | nan |
-    #              garbage | logprob_drift | diverged | crash_under_load
+    #              garbage | logprob_drift | crash_under_load
     output_tok_s: float = 0.0
     total_tok_s: float = 0.0
     ttft_s: float = 0.0  # mean time to first token
@@ -163,10 +163,8 @@ def _run(setup: Setup, concurrency: int, input_len: int, output_len: int, num_re
         status = "nan"
     elif health.garbage:
         status = "garbage"
-    elif health.logprob_drift:
+    elif health.logprob_drift or health.decode_position_error:
         status = "logprob_drift"
-    elif health.diverge_after_tokens is not None:
-        status = "diverged"
     else:
         status = "ok"
     rate = 1.0 / makespan if makespan > 0 else float("inf")

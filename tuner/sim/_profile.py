@@ -146,8 +146,8 @@ class Override:
     fail: str | None = None  # an exception line: the start fails with it
 
 
-HEALTH_EFFECTS = ("fine", "nan_after_tokens", "nan_when_batch_over", "garbage", "logprob_drift", "diverge_after_tokens",
-                  "crash_on_start", "crash_at_capture", "hang_at_capture", "crash_under_load")
+HEALTH_EFFECTS = ("fine", "nan_after_tokens", "nan_when_batch_over", "garbage", "logprob_drift", "near_tie_flip",
+                  "decode_position_error", "crash_on_start", "crash_at_capture", "hang_at_capture", "crash_under_load")
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from ._engine import Req
 from ._model import Health
-from ._text import HASH_SEED, Tokenizer, logprob, splitmix64, step_hash, unit
+from ._text import HASH_SEED, Tokenizer, greedy, logprob, splitmix64, step_hash, unit
 
 
 @dataclass(frozen=True)
@@ -88,6 +88,7 @@ class GenRequest(Req):
             return
         start = min(self.logprob_start_len, len(self.prompt_ids))
         jitter = self.numerics.jitter
+        flip = self.numerics.health.tie_flip
         values: list[float | None] = []
         tops: list[Any] = []
         hashes, ids = self.hashes, self.prompt_ids
@@ -97,7 +98,7 @@ class GenRequest(Req):
                 tops.append(None)
                 continue
             h, t = hashes[i], ids[i]
-            lp = logprob(h, t)
+            lp = logprob(h, t, self.tok.pseudo_ids, flip)
             if jitter:
                 lp += jitter * (unit(h, t, 0x77) - 0.5)
             values.append(lp)
@@ -126,8 +127,11 @@ class GenRequest(Req):
             tid = self.tok.plus_id
             lp = -(0.001 + 0.01 * unit(h, tid, 0x99))
         else:
-            tid = self._choose(h)
-            lp = logprob(h, tid)
+            # A decode-position error (sglang-jax 0.0.1's RoPE one position too far): decode computes the logits
+            # of another context than the one a re-prefill sees.
+            seen = splitmix64(h ^ 0xD1CE) if decode and health.decode_position_error else h
+            tid = self._choose(seen)
+            lp = logprob(seen, tid, self.tok.pseudo_ids, health.tie_flip)
             if numerics.jitter:
                 lp += numerics.jitter * (unit(h, tid, 0x55 if decode else 0x77) - 0.5)
             if decode and health.logprob_drift:
@@ -163,11 +167,7 @@ class GenRequest(Req):
             self.plan_at = len(plan)
         ids = self.tok.pseudo_ids
         if s.temperature <= 0:
-            best = splitmix64(h) % len(ids)
-            diverge = self.numerics.health.diverge_after_tokens
-            if diverge is not None and self.n_out >= diverge:
-                best = (best + 1 + splitmix64(h ^ _DIVERGE_SALT) % (len(ids) - 1)) % len(ids)  # the runner-up
-            return ids[best]
+            return greedy(h, ids, self.numerics.health.tie_flip)
         return ids[self.rng.randrange(len(ids))]
 
     def _top(self, h: int, tid: int, lp: float | None) -> list[tuple[float | None, int]]:
@@ -208,9 +208,6 @@ class GenRequest(Req):
                 and self.finish["matched"] != "NaN happened":
             text = text[: text.rfind(self.finish["matched"])]
         return text
-
-
-_DIVERGE_SALT = 0x5EED0D1FF
 
 
 def prefix_hashes(ids: list[int]) -> list[int]:

@@ -1,7 +1,7 @@
 """Text: a deterministic toy tokenizer and the "language model" behind the simulated server.
 
 The model is a pure function of the context: a rolling 64-bit hash of the token ids so far decides the greedy
-next token of free text and the logprob of any token. A decode step and a later re-prefill of the same tokens
+next token of free text and the logprob of any token (the greedy token's highest). A decode step and a later re-prefill of the same tokens
 therefore compute identical logprobs (up to the kernels' rounding jitter), which is what SGLang's own
 decode-vs-prefill KL check expects of a healthy backend. Known questions are answered from `_facts`.
 """
@@ -55,10 +55,36 @@ def unit(h: int, token: int, salt: int = 0) -> float:
     return splitmix64(h ^ (token * 0x2545F4914F6CDD1D) ^ salt) / 18446744073709551616.0
 
 
-def logprob(h: int, token: int) -> float:
-    """The model's logprob of `token` after context hash `h` (a deterministic value in [-2.5, 0))."""
-    u = unit(h, token)
-    return -(0.0005 + 2.5 * u * u)
+def ranked(h: int, ids: tuple[int, ...]) -> tuple[int, int, float]:
+    """The greedy token after context hash `h`, its runner-up, and how far the runner-up's logprob falls under
+    the greedy one's. Near-ties (a small gap) are common, as in a real model: a backend that rounds differently
+    may pick the runner-up there (the `near_tie_flip` health effect) and still be healthy."""
+    x = splitmix64(h)
+    n = len(ids)
+    top = x % n
+    second = (top + 1 + (x // n) % (n - 1)) % n  # never the top
+    u = unit(h, 0, 0x71)
+    return ids[top], ids[second], 1.5 * u * u
+
+
+def logprob(h: int, token: int, ids: tuple[int, ...], flip: float = 0.0) -> float:
+    """The model's logprob of `token` after context hash `h` (a deterministic value below 0): the greedy token
+    scores highest, the runner-up `gap` under it, every other token further down. `flip`: where the gap is
+    under it, this server's kernels swap the two (see `ranked`)."""
+    top, second, gap = ranked(h, ids)
+    best = -(0.0005 + 0.5 * unit(h, 0, 0x5A) ** 2)
+    if gap < flip and token in (top, second):
+        token = second if token == top else top
+    if token == top:
+        return best
+    if token == second:
+        return best - gap
+    return best - gap - 0.2 - 3.0 * unit(h, token)
+
+
+def greedy(h: int, ids: tuple[int, ...], flip: float = 0.0) -> int:
+    top, second, gap = ranked(h, ids)
+    return second if gap < flip else top
 
 
 class Tokenizer:
