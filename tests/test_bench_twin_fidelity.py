@@ -8,8 +8,10 @@ Spearman's rho are in range, and the failure kinds counted are the rows' kinds.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -40,17 +42,20 @@ def _sections(out: str) -> dict[str, list[str]]:
     return sections
 
 
-def _db_trials() -> dict[int, tuple[str, int | None]]:
-    """number -> (state, last step reported to the pruner), read-only."""
-    with sqlite3.connect(f"file:{DB}?mode=ro", uri=True) as db:
+@pytest.fixture(scope="module")
+def trials(tmp_path_factory) -> dict[int, tuple[str, int | None]]:
+    """number -> (state, last step reported to the pruner), read from a copy (SQLite writes beside a WAL
+    database even to read it)."""
+    copy = tmp_path_factory.mktemp("db") / "trials.db"
+    shutil.copyfile(DB, copy)
+    with contextlib.closing(sqlite3.connect(copy)) as db:
         states = dict(db.execute("SELECT number, state FROM trials"))
         steps = dict(db.execute("SELECT t.number, MAX(v.step) FROM trials t JOIN trial_intermediate_values v "
                                 "ON v.trial_id = t.trial_id GROUP BY t.number"))
     return {n: (state, steps.get(n)) for n, state in states.items()}
 
 
-def _check_section(lines: list[str], numbers: set[int]) -> None:
-    trials = _db_trials()
+def _check_section(lines: list[str], numbers: set[int], trials: dict[int, tuple[str, int | None]]) -> None:
     rows = {int(m.group(1)): m.group(2) for line in lines if (m := ROW.match(line))}
     assert set(rows) == numbers  # one row per trial of the range, no other
     kinds: dict[str, int] = {}
@@ -91,17 +96,17 @@ def _check_section(lines: list[str], numbers: set[int]) -> None:
                      text, re.M)
 
 
-def test_in_sample_and_held_out_rows_match_the_study_and_leave_it_alone():
+def test_in_sample_and_held_out_rows_match_the_study_and_leave_it_alone(trials):
     before = hashlib.sha256(DB.read_bytes()).hexdigest()
+    files = sorted(DB.parent.iterdir())
     done = _run("--db", str(DB), "--profile", PROFILE, "--calibration", "0-6", "--held-out", "7-")
     assert done.returncode == 0, done.stderr
     sections = _sections(done.stdout)
     calibration = next(lines for name, lines in sections.items() if name.startswith("calibration set"))
     held_out = next(lines for name, lines in sections.items() if name.startswith("held-out set"))
-    in_db = set(_db_trials())
-    _check_section(calibration, {n for n in in_db if n <= 6})
-    _check_section(held_out, {n for n in in_db if n >= 7})
-    assert hashlib.sha256(DB.read_bytes()).hexdigest() == before
+    _check_section(calibration, {n for n in trials if n <= 6}, trials)
+    _check_section(held_out, {n for n in trials if n >= 7}, trials)
+    assert hashlib.sha256(DB.read_bytes()).hexdigest() == before and sorted(DB.parent.iterdir()) == files
 
 
 def test_a_range_with_no_trial_yet_says_so():
