@@ -44,6 +44,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+METRIC = "output_throughput"  # what tuner.sim.predict predicts (output_tok_s)
 RHO_TARGET = 0.8
 ERROR_TARGET = 0.15
 # Prediction statuses of tuner.sim.predict -> the failure kind the tuner records for them.
@@ -139,7 +140,8 @@ def load_study(db: Path, name: str | None) -> Study:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if not db.is_file():
-        raise BadInput(f"--db {db}: no such file; give the trials.db a study wrote (e.g. docs/gpu-sglang-0517/trials.db)")
+        raise BadInput(f"--db {db}: no such file; give the trials.db a study wrote "
+                       "(e.g. docs/gpu-sglang-0517/trials.db)")
     with tempfile.TemporaryDirectory(prefix="twin-fidelity-") as tmp:
         copy = Path(tmp) / "trials.db"
         shutil.copyfile(db, copy)
@@ -187,7 +189,7 @@ def workload_of(spec: Any, trials: list[Any]) -> Workload:
 
 # -- the real trial -------------------------------------------------------------------------------------------
 
-def reread(kind: str, attrs: dict[str, Any]) -> tuple[str, str]:
+def reread(kind: str, attrs: dict[str, Any], engine: str) -> tuple[str, str]:
     """A crash_on_start read again with today's log patterns, where its message and evidence say more."""
     if kind != "crash_on_start":
         return kind, ""
@@ -198,15 +200,16 @@ def reread(kind: str, attrs: dict[str, Any]) -> tuple[str, str]:
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "server.log"
         log.write_text(text)
-        watcher = LogWatcher(log, get_engine("sglang"))
+        watcher = LogWatcher(log, get_engine(engine))
         while watcher.poll():
             pass
     if watcher.fatal is None or watcher.fatal.kind.value == kind:
         return kind, ""
-    return watcher.fatal.kind.value, f"recorded as {kind}; today's log patterns read its message as {watcher.fatal.kind.value}"
+    now = watcher.fatal.kind.value
+    return now, f"recorded as {kind}; today's log patterns read its message as {now}"
 
 
-def real_outcome(trial: Any, metric: str) -> Real | str:
+def real_outcome(trial: Any, spec: Any) -> Real | str:
     """What the real trial measured, or why it is not compared."""
     attrs = trial.user_attrs
     kind = attrs.get("failure_kind") or "none"
@@ -219,15 +222,15 @@ def real_outcome(trial: Any, metric: str) -> Real | str:
     if kind == "wrong_answer" and str(attrs.get("failure_message", "")).startswith(OLD_AGREEMENT):
         return "wrong_answer by the exact agreement check of its day; today's gate allows near-ties"
     if state == "COMPLETE" and kind == "none":
-        value = attrs.get(metric)
+        value = attrs.get(METRIC)
         if value is None:
-            return f"completed without {metric}"
+            return f"completed without {METRIC}"
         return Real("ok", float(value), None, ready)
     if state == "PRUNED" and kind == "none" and trial.intermediate_values:
         step = max(trial.intermediate_values)
         return Real("pruned", float(trial.intermediate_values[step]), step, ready)
     if kind != "none":
-        kind, note = reread(kind, attrs)
+        kind, note = reread(kind, attrs, spec.engine)
         return Real(kind, None, None, ready, note)
     return f"{state.lower()} without a result"
 
@@ -279,7 +282,7 @@ def compare(trials: list[Any], span: tuple[int, int | None], spec: Any, profile:
         if not in_range(trial.number, span) or trial.state.name in ("RUNNING", "WAITING"):
             continue
         config = config_text(dict(trial.params), spec.space.baseline)
-        real = real_outcome(trial, spec.objective.metric)
+        real = real_outcome(trial, spec)
         if isinstance(real, str):
             rows.append(Row(trial.number, config, None, None, real))
             continue
@@ -334,8 +337,10 @@ def report(title: str, rows: list[Row]) -> None:
         if r.real is None:
             print(f"{r.number:>5}  not compared: {r.skipped}")
             continue
-        real = r.real.outcome + (f" @{r.real.step}" if r.real.step is not None else "") + ("*" if r.real.note else "")
-        twin = r.twin.outcome + (f" at {r.twin.stage}" if r.twin.stage else "") + ("" if r.kind_matches else " (differs)")
+        real = r.real.outcome + (f" @{r.real.step}" if r.real.step is not None else "")
+        real += "*" if r.real.note else ""
+        twin = r.twin.outcome + (f" at {r.twin.stage}" if r.twin.stage else "")
+        twin += "" if r.kind_matches else " (differs)"
         ready = f"{fmt_num(r.real.ready_s)}/{fmt_num(r.twin.ready_s)}"
         print(f"{r.number:>5}  {real:<22} {fmt_num(r.real.tok_s):>10}  {twin:<22} {fmt_num(r.twin.tok_s):>10}  "
               f"{fmt_pct(r.error):>7}  {ready:>17}  {r.config}")
@@ -369,13 +374,16 @@ def report(title: str, rows: list[Row]) -> None:
 
     med = statistics.median(abs(r.error) for r in done) if done else None
     verdicts = [
-        f"rho >= {RHO_TARGET}: " + ("n/a" if rho is None else f"{'met' if rho >= RHO_TARGET else 'MISSED'} ({rho:.2f})"),
-        f"median |error| <= {ERROR_TARGET:.0%}: " + ("n/a" if med is None else
-                                                      f"{'met' if med <= ERROR_TARGET else 'MISSED'} ({med:.1%})"),
-        "every real failure kind predicted: " + ("n/a" if not kinds else
-                                                  "met" if all(caught[k] == total[k] for k in kinds) else "MISSED"),
+        f"rho >= {RHO_TARGET}: " + ("n/a" if rho is None else f"{_met(rho >= RHO_TARGET)} ({rho:.2f})"),
+        f"median |error| <= {ERROR_TARGET:.0%}: "
+        + ("n/a" if med is None else f"{_met(med <= ERROR_TARGET)} ({med:.1%})"),
+        "every real failure kind predicted: " + ("n/a" if not kinds else _met(caught == total)),
     ]
     print("verdict: " + "; ".join(verdicts))
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "MISSED"
 
 
 def _errors(rows: list[Row]) -> tuple[str, str]:
@@ -412,6 +420,9 @@ def main(argv: list[str] | None = None) -> int:
             spec = study_spec(study)
         except UsageError as exc:
             raise BadInput(str(exc)) from None
+        if spec.objective.metric != METRIC:
+            raise BadInput(f"study {study.name!r} maximises {spec.objective.metric}; the twin predicts {METRIC} "
+                           "only: give a study of that objective")
     except BadInput as exc:
         print(f"twin_fidelity: {exc}", file=sys.stderr)
         return 2
@@ -423,7 +434,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"startup timeout {spec.server.startup_timeout:g} s (the space's): a longer predicted start is a "
           "predicted startup_timeout")
     if calibration is not None:
-        report(f"calibration set, in-sample: trials {args.calibration}", compare(trials, calibration, spec, profile, work))
+        rows = compare(trials, calibration, spec, profile, work)
+        report(f"calibration set, in-sample: trials {args.calibration}", rows)
     rows = compare(trials, held_out, spec, profile, work)
     if rows:
         report(f"held-out set: trials {args.held_out}", rows)

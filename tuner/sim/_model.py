@@ -100,7 +100,8 @@ def decode_graph_memory_gb(profile: Profile, knobs: Knobs) -> float:
     mem = profile.memory
     if not (knobs.cuda_graph and knobs.cuda_graph_bs):
         return 0.0
-    gb = mem.graph_fixed_gb + mem.graph_per_size_gb * len(knobs.cuda_graph_bs) + mem.graph_per_bs_gb * knobs.cuda_graph_max_bs
+    gb = mem.graph_fixed_gb + mem.graph_per_size_gb * len(knobs.cuda_graph_bs)
+    gb += mem.graph_per_bs_gb * knobs.cuda_graph_max_bs
     return gb + (mem.torch_compile_gb if knobs.torch_compile else 0.0)
 
 

@@ -102,8 +102,8 @@ def capture_batch_sizes(max_bs: int, no_padding: bool, append_max: bool) -> list
 def prefill_capture_tokens(max_tokens: int) -> list[int]:
     """The token counts the prefill CUDA graphs capture up to `max_tokens` (the chunk size by default):
     0.5.17's ServerArgs._generate_prefill_cuda_graph_batch_sizes (58 counts for 8192, 74 for 16384)."""
-    sizes = (list(range(4, 33, 4)) + list(range(48, 257, 16)) + list(range(288, 513, 32))
-             + list(range(576, 1024 + 1, 64)) + list(range(1280, 4096 + 1, 256)) + list(range(4608, max_tokens + 1, 512)))
+    sizes = (list(range(4, 33, 4)) + list(range(48, 257, 16)) + list(range(288, 513, 32)) + list(range(576, 1025, 64))
+             + list(range(1280, 4097, 256)) + list(range(4608, max_tokens + 1, 512)))
     return [s for s in sizes if s <= max_tokens]
 
 
@@ -236,7 +236,8 @@ def resolve(profile: Profile, raw: Mapping[str, Any]) -> Resolved:
         graph_bs = sorted(set(decode["bs"]))
         prefill_tokens = []
         if prefill_graph:
-            prefill_tokens = sorted(set(prefill["bs"])) if prefill["bs"] else prefill_capture_tokens(int(prefill["max_bs"]))
+            asked = prefill["bs"]
+            prefill_tokens = sorted(set(asked)) if asked else prefill_capture_tokens(int(prefill["max_bs"]))
     # What the decode runner captures: the list clamped to the request pool, whose size is
     # --max-running-requests where given (base_cuda_graph_runner.get_batch_sizes_to_capture in 0.5.23,
     # cuda_graph_runner.get_batch_sizes_to_capture in 0.5.6). /server_info does not show this clamp.
