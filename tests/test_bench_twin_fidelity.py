@@ -126,3 +126,18 @@ def test_bad_input_is_one_line_and_exit_2(args, named):
     done = _run(*args)
     assert done.returncode == 2 and done.stdout == ""
     assert len(done.stderr.strip().splitlines()) == 1 and named in done.stderr, done.stderr
+
+
+def test_a_study_of_another_objective_or_without_its_space_is_refused(tmp_path):
+    import optuna
+
+    space = (REPO / "search_spaces" / f"{PROFILE}.yaml").read_text()
+    other = tmp_path / "other.db"
+    study = optuna.create_study(study_name="other", storage=f"sqlite:///{other}", direction="maximize")
+    study.set_user_attr("space_source", space.replace("metric: output_throughput", "metric: total_throughput"))
+    bare = tmp_path / "bare.db"
+    optuna.create_study(study_name="bare", storage=f"sqlite:///{bare}")
+    for db, named in ((other, "maximises total_throughput; the twin predicts output_throughput"),
+                      (bare, "keeps no space")):
+        done = _run("--db", str(db), "--profile", PROFILE)
+        assert done.returncode == 2 and done.stdout == "" and named in done.stderr, done.stderr
