@@ -91,4 +91,3 @@ def test_stream_rate_floor(start_sim):
         rate = 5000 / (time.monotonic() - started)
     print(f"instant profile, one client, /v1/completions stream: {rate:,.0f} tokens/s ({n} events)")
     assert rate > 2000  # loose floor; the benchmark measures the real figure
-
