@@ -96,17 +96,25 @@ def _torch_oom(want_gb: float, total_gb: float, free_gb: float) -> str:
             "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)")
 
 
-def graph_memory_gb(profile: Profile, knobs: Knobs) -> float:
+def decode_graph_memory_gb(profile: Profile, knobs: Knobs) -> float:
     mem = profile.memory
-    gb = 0.0
-    if knobs.cuda_graph and knobs.cuda_graph_bs:
-        gb += mem.graph_fixed_gb + mem.graph_per_size_gb * len(knobs.cuda_graph_bs)
-        gb += mem.graph_per_bs_gb * knobs.cuda_graph_max_bs
-        if knobs.torch_compile:
-            gb += mem.torch_compile_gb
-    if knobs.prefill_cuda_graph:
-        gb += mem.graph_fixed_gb
-    return gb
+    if not (knobs.cuda_graph and knobs.cuda_graph_bs):
+        return 0.0
+    gb = mem.graph_fixed_gb + mem.graph_per_size_gb * len(knobs.cuda_graph_bs)
+    gb += mem.graph_per_bs_gb * knobs.cuda_graph_max_bs
+    return gb + (mem.torch_compile_gb if knobs.torch_compile else 0.0)
+
+
+def prefill_graph_memory_gb(profile: Profile, knobs: Knobs) -> float:
+    mem = profile.memory
+    if not knobs.prefill_cuda_graph:
+        return 0.0
+    fixed = mem.graph_fixed_gb if mem.prefill_graph_fixed_gb is None else mem.prefill_graph_fixed_gb
+    return fixed + mem.prefill_graph_gb_per_1k_tokens * max(knobs.prefill_graph_tokens, default=0) / 1000.0
+
+
+def graph_memory_gb(profile: Profile, knobs: Knobs) -> float:
+    return decode_graph_memory_gb(profile, knobs) + prefill_graph_memory_gb(profile, knobs)
 
 
 def plan_memory(profile: Profile, knobs: Knobs) -> MemoryPlan:
@@ -126,7 +134,9 @@ def plan_memory(profile: Profile, knobs: Knobs) -> MemoryPlan:
 
     if after_load < 0.25:
         return plan(failure="oom_at_load", failure_line=_torch_oom(min(weights, 4.0), total, max(after_load + 4.0, 0.1)))
-    rest_gb = after_load - total * (1 - knobs.mem_fraction)
+    # SGLang keeps (1 - mem_fraction_static) of the memory that was free before the weights loaded
+    # (kv_cache_configurator._profile_available_bytes: pre_model_load_memory), not of the card's total.
+    rest_gb = after_load - before_load * (1 - knobs.mem_fraction)
     tokens = int(rest_gb * GiB / kvb) if rest_gb > 0 else 0
     if knobs.max_total_tokens is not None:
         tokens = min(tokens, knobs.max_total_tokens)
@@ -146,9 +156,16 @@ def plan_memory(profile: Profile, knobs: Knobs) -> MemoryPlan:
     running = max(1, min(running, req_pool))
     kw = dict(kv_tokens=tokens, kv_pool_gb=pool, avail_after_kv_gb=after_kv, graph_mem_gb=graph,
               avail_after_capture_gb=after_kv - graph, max_running_requests=running)
-    if graph > 0 and graph + profile.memory.capture_workspace_gb > after_kv:
-        return plan(failure="oom_at_capture", failure_line=_torch_oom(
-            graph + profile.memory.capture_workspace_gb - max(after_kv, 0) + 0.5, total, after_kv), **kw)
+    # Prefill graphs are captured first, largest token count first: its activations are held while the
+    # graph pool grows, then freed before the decode graphs are captured.
+    transient = 0.0
+    if knobs.prefill_cuda_graph and knobs.prefill_graph_tokens:
+        activations = prefill_activation_gb(profile, knobs, max(knobs.prefill_graph_tokens))
+        transient = max(0.0, activations - decode_graph_memory_gb(profile, knobs))
+    need = graph + transient + profile.memory.capture_workspace_gb
+    if graph > 0 and need > after_kv:
+        return plan(failure="oom_at_capture", failure_line=_torch_oom(need - max(after_kv, 0) + 0.5, total, after_kv),
+                    **kw)
     return plan(**kw)
 
 
@@ -303,11 +320,15 @@ class PerfModel:
             avg = decode_ctx_sum / decode_batch
             t_kv = decode_batch * (min(avg, self.topk) if self.topk else avg) * self.kvb / (
                 self.hbm * self.attn_speed_decode)
-        graphable = knobs.prefill_cuda_graph and tokens <= 2048
+        graphable = knobs.prefill_cuda_graph and tokens <= max(knobs.prefill_graph_tokens, default=0)
         kernels = self.kernels
-        t_launch = (hw.graph_replay_us * 1e-6 + kernels * hw.graph_node_us * 1e-6) if graphable \
-            else kernels * hw.kernel_launch_us * 1e-6
-        gpu = max(t_weights + t_kv, t_compute) + self._comm_s(tokens, False) + t_launch + perf.prefill_base_ms * 1e-3
+        work = max(t_weights + t_kv, t_compute)
+        if graphable:
+            work += hw.graph_replay_us * 1e-6 + kernels * hw.graph_node_us * 1e-6
+        else:
+            # Eager launches run ahead of the GPU: a prefill's kernels are long enough to hide them.
+            work = max(work, kernels * hw.kernel_launch_us * 1e-6)
+        gpu = work + self._comm_s(tokens, False) + perf.prefill_base_ms * 1e-3
         cpu = self._cpu_s(decode_batch + 1)
         step = max(gpu, cpu) if knobs.overlap_schedule else gpu + cpu
         return step * self.factor
@@ -344,7 +365,8 @@ def startup_phases(profile: Profile, knobs: Knobs) -> Phases:
             compiled = sum(1 for b in knobs.cuda_graph_bs if b <= knobs.torch_compile_max_bs)
             capture += st.torch_compile_s + st.torch_compile_s_per_size * compiled
     if knobs.prefill_cuda_graph:
-        capture += st.capture_s_per_size * 8
+        tokens = knobs.prefill_graph_tokens
+        capture += st.capture_s_per_size * len(tokens) + st.capture_s_per_1k_tokens * sum(tokens) / 1000.0
     dist = st.init_distributed_s if knobs.tp * knobs.pp * knobs.dp > 1 else st.init_distributed_s * 0.25
     return Phases(process_s=st.process_s, init_distributed_s=dist, weight_load_s=load, kv_alloc_s=st.kv_alloc_s,
                   capture_s=capture, server_start_s=st.server_start_s)

@@ -19,6 +19,8 @@ from ._engine import Crash, Req, Scheduler
 from ._profile import Profile, load_profile
 from ._setup import Setup, make_setup
 
+PROGRESS_EVERY = 10  # thousandths, as tuner/_probe.py reports
+
 
 @dataclass(frozen=True)
 class Prediction:
@@ -35,6 +37,9 @@ class Prediction:
     max_batch: int = 0
     message: str = ""  # the exception line a failing server prints
     stage: str = ""  # where a start failed: args | devices | load | kernels | kv | capture
+    # (thousandths of the output tokens, output tok/s so far) at every PROGRESS_EVERY thousandths: what the
+    # tuner's probe reports to the pruner, so a trial stopped at step s compares with progress at s.
+    progress: tuple[tuple[int, float], ...] = field(default=(), repr=False)
     resolved: dict[str, Any] = field(default_factory=dict, repr=False)
 
 
@@ -109,6 +114,8 @@ def _run(setup: Setup, concurrency: int, input_len: int, output_len: int, num_re
     for _ in range(min(concurrency, num_requests)):
         send(0.0)
     startup = setup.phases.total_s
+    expected = num_requests * output_len
+    progress: list[tuple[int, float]] = []
     try:
         while True:
             # Advance the replica whose clock is furthest behind, after delivering the arrivals up to then.
@@ -134,6 +141,10 @@ def _run(setup: Setup, concurrency: int, input_len: int, output_len: int, num_re
             for req in sched.complete(batch, clocks[i]):
                 done.append(req)
                 send(clocks[i])
+            generated = sum(s.stats.generated for s in replicas)
+            share = min(1000, 1000 * generated // max(1, expected)) // PROGRESS_EVERY * PROGRESS_EVERY
+            if share and (not progress or share > progress[-1][0]) and clocks[i] > 0:
+                progress.append((share, generated / clocks[i]))
     except Crash as crash:
         return Prediction(status=crash.kind, message=crash.exc_line, startup_s=startup, **base)
 
@@ -159,4 +170,4 @@ def _run(setup: Setup, concurrency: int, input_len: int, output_len: int, num_re
     rate = 1.0 / makespan if makespan > 0 else float("inf")
     return Prediction(status=status, output_tok_s=out_tokens * rate, total_tok_s=(in_tokens + out_tokens) * rate,
                       ttft_s=ttft, itl_s=sum(itls) / len(itls) if itls else 0.0, e2e_s=e2e, startup_s=startup,
-                      max_batch=max(s.stats.max_decode_batch for s in replicas), **base)
+                      max_batch=max(s.stats.max_decode_batch for s in replicas), progress=tuple(progress), **base)

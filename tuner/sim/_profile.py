@@ -80,6 +80,7 @@ class ModelSpec:
     eos_token_id: int = 1
     token0_text: str = "!"  # what id 0 decodes to (NaN logits argmax to it)
     model_type: str = ""  # the HF config's model_type (/model_info); "" = from the architecture's name
+    chars_per_token: float = 0.0  # the tokenizer: 0 = a token per word or symbol; else sub-word pieces
 
     @property
     def hf_model_type(self) -> str:
@@ -92,7 +93,8 @@ class Startup:
     init_distributed_s: float = 2.0
     weight_load_s: float = 20.0
     kv_alloc_s: float = 0.5
-    capture_s_per_size: float = 0.4  # per captured decode batch size
+    capture_s_per_size: float = 0.4  # per captured batch size (decode) or token count (prefill)
+    capture_s_per_1k_tokens: float = 0.0  # prefill graphs: per 1k tokens over all the captured token counts
     torch_compile_s: float = 60.0
     torch_compile_s_per_size: float = 2.0
     server_start_s: float = 1.0  # uvicorn up, tokenizer manager ready
@@ -124,6 +126,9 @@ class MemoryModel:
     graph_per_bs_gb: float = 0.01  # per request slot of the largest captured size
     torch_compile_gb: float = 0.5
     capture_workspace_gb: float = 0.3  # transient need while capturing
+    # Prefill graphs (0.5.17+): static buffers, plus a pool that grows with the largest captured token count.
+    prefill_graph_fixed_gb: float | None = None  # None: graph_fixed_gb
+    prefill_graph_gb_per_1k_tokens: float = 0.0
 
 
 @dataclass(frozen=True)

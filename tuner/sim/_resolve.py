@@ -32,6 +32,7 @@ class Knobs:
     cuda_graph_max_bs: int
     cuda_graph_padding: bool
     prefill_cuda_graph: bool
+    prefill_graph_tokens: tuple[int, ...]  # token counts the prefill graphs capture (empty without them)
     torch_compile: bool
     torch_compile_max_bs: int
     mem_fraction: float
@@ -96,6 +97,14 @@ def capture_batch_sizes(max_bs: int, no_padding: bool, append_max: bool) -> list
     if append_max and max_bs not in sizes:  # 0.5.23 always captures max_bs itself
         sizes.append(max_bs)
     return sizes
+
+
+def prefill_capture_tokens(max_tokens: int) -> list[int]:
+    """The token counts the prefill CUDA graphs capture up to `max_tokens` (the chunk size by default):
+    0.5.17's ServerArgs._generate_prefill_cuda_graph_batch_sizes (58 counts for 8192, 74 for 16384)."""
+    sizes = (list(range(4, 33, 4)) + list(range(48, 257, 16)) + list(range(288, 513, 32)) + list(range(576, 1025, 64))
+             + list(range(1280, 4097, 256)) + list(range(4608, max_tokens + 1, 512)))
+    return [s for s in sizes if s <= max_tokens]
 
 
 PHASE_DEFAULTS = {"tc_compiler": "eager", "max_context_size": None, "full_prefill_max_req": None,
@@ -218,12 +227,17 @@ def resolve(profile: Profile, raw: Mapping[str, Any]) -> Resolved:
         graph_on = not v.get("disable_cuda_graph")
         graph_bs = list(v["cuda_graph_bs"])
         prefill_graph = False
+        prefill_tokens: list[int] = []
     else:
         v["cuda_graph_config"] = graph_config_0523(v, profile, default_max_bs, no_padding)
         decode, prefill = v["cuda_graph_config"]["decode"], v["cuda_graph_config"]["prefill"]
         graph_on = decode["backend"] != "disabled"
         prefill_graph = prefill["backend"] != "disabled"
         graph_bs = sorted(set(decode["bs"]))
+        prefill_tokens = []
+        if prefill_graph:
+            asked = prefill["bs"]
+            prefill_tokens = sorted(set(asked)) if asked else prefill_capture_tokens(int(prefill["max_bs"]))
     # What the decode runner captures: the list clamped to the request pool, whose size is
     # --max-running-requests where given (base_cuda_graph_runner.get_batch_sizes_to_capture in 0.5.23,
     # cuda_graph_runner.get_batch_sizes_to_capture in 0.5.6). /server_info does not show this clamp.
@@ -298,7 +312,7 @@ def resolve(profile: Profile, raw: Mapping[str, Any]) -> Resolved:
         decode_backend=kernel("decode_attention_backend"), prefill_backend=kernel("prefill_attention_backend"),
         kv_dtype=kv_dtype, cuda_graph=graph_on, cuda_graph_bs=tuple(captured_bs),
         cuda_graph_max_bs=max(captured_bs) if captured_bs else 0, cuda_graph_padding=not no_padding,
-        prefill_cuda_graph=prefill_graph,
+        prefill_cuda_graph=prefill_graph, prefill_graph_tokens=tuple(prefill_tokens),
         torch_compile=bool(v.get("enable_torch_compile")), torch_compile_max_bs=int(v.get("torch_compile_max_bs") or 32),
         mem_fraction=float(v["mem_fraction_static"]),
         chunked_prefill_size=int(v["chunked_prefill_size"]),

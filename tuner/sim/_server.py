@@ -98,7 +98,7 @@ class SimServer:
         self.knobs = setup.resolved.knobs
         self.args = setup.resolved.args
         model = profile.model
-        self.tokenizer = Tokenizer(model.vocab_size, model.eos_token_id, model.token0_text)
+        self.tokenizer = Tokenizer(model.vocab_size, model.eos_token_id, model.token0_text, model.chars_per_token)
         self.ready = False
         self.up = False  # uvicorn is listening
         self.frozen = False  # stop_answering_after fired

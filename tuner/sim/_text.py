@@ -88,9 +88,10 @@ def greedy(h: int, ids: tuple[int, ...], flip: float = 0.0) -> int:
 
 
 class Tokenizer:
-    def __init__(self, vocab_size: int, eos_token_id: int, token0_text: str) -> None:
+    def __init__(self, vocab_size: int, eos_token_id: int, token0_text: str, chars_per_token: float = 0.0) -> None:
         self.vocab_size = vocab_size
         self.eos_token_id = eos_token_id
+        self.chars_per_token = chars_per_token
         self._text: dict[int, str] = {0: token0_text, eos_token_id: ""}
         self._json: dict[int, bytes] = {}
         self._ids: dict[str, int] = {}
@@ -107,7 +108,17 @@ class Tokenizer:
         return tid
 
     def encode(self, text: str) -> list[int]:
-        return [self.token_id(piece) for piece in _TOKEN.findall(text)]
+        pieces = _TOKEN.findall(text)
+        if self.chars_per_token > 0:
+            pieces = [part for piece in pieces for part in self._split(piece)]
+        return [self.token_id(piece) for piece in pieces]
+
+    def _split(self, piece: str) -> list[str]:
+        """A sub-word tokenizer's pieces: n characters make about n / chars_per_token tokens (the fraction
+        decided by the piece's hash, so a word always splits the same way)."""
+        share = zlib.crc32(piece.encode("utf-8")) / 4294967296.0
+        n = min(len(piece), max(1, int(len(piece) / self.chars_per_token + share)))
+        return [piece[i * len(piece) // n:(i + 1) * len(piece) // n] for i in range(n)]
 
     def piece(self, tid: int) -> str:
         text = self._text.get(tid)
