@@ -292,6 +292,19 @@ def test_pruner_stops_a_slow_server_once_it_cannot_catch_up_with_the_best(tuner)
     assert tuner.leftovers() == {}
 
 
+def test_probe_prune_false_measures_a_slow_server_to_its_end(tuner):
+    """The same slow server under `probe.prune: false`: measured until its budget, never stopped early."""
+    space = tuner.space(FAULT_SPACE.replace("  warmup: 0\n", "  warmup: 0\n  time-budget: 8\n  prune: false\n"))
+    assert tuner.run("run", "--trials", "1", "--space", str(space), "--simulate", "instant").returncode == 0
+    done = tuner.run("run", "--trials", "2", "--space", str(space), "--simulate", "instant",
+                     env={"TUNER_SIM_FAULTS": "slow_drip=0.5"})
+    assert done.returncode == 0, done.stderr
+    slow = tuner.study("faults").trials[1]
+    assert slow.state == TrialState.COMPLETE and not slow.user_attrs.get("stopped_early"), slow.user_attrs
+    assert slow.user_attrs["cut"] is True  # it ran to the end of its budget
+    assert tuner.leftovers() == {}
+
+
 def test_in_stream_error_events_are_failed_requests(tuner):
     """SGLang reports an error found after the response started as HTTP 200, an error event, then [DONE]:
     the probe counts those requests as failed, not as one-token successes."""

@@ -85,3 +85,16 @@ def test_decode_position_error_fails_consistency_alone(start_sim, tmp_path):
     with pytest.raises(TrialFailure) as exc:
         _gate(trial, replace(SPEC, checks=("logprob-consistency",)))
     assert exc.value.kind is FailureKind.INCONSISTENT_LOGPROBS
+
+
+def test_a_drift_within_the_tolerance_fails_over_the_baseline(start_sim, tmp_path):
+    """A drift within logprob-tolerance is still caught against the baseline's own difference."""
+    profile = _profile(tmp_path, "logprob_drift", 0.04)
+    baseline = _gate(start_sim(profile=profile), SPEC)
+    assert all(d < 0.01 for d in baseline.logprob_diffs.values())
+    trial = start_sim("--attention-backend", "triton", profile=profile)
+    with httpx.Client(base_url=trial.url, timeout=30) as client:
+        with pytest.raises(TrialFailure) as exc:
+            run_gate(client, SGLang(), SPEC, reference=baseline.reference, reference_diffs=baseline.logprob_diffs)
+        assert exc.value.kind is FailureKind.INCONSISTENT_LOGPROBS and "more than the baseline's" in exc.value.message
+        assert run_gate(client, SGLang(), SPEC, reference=baseline.reference).max_logprob_diff < SPEC.logprob_tolerance

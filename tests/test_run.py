@@ -217,3 +217,26 @@ def test_continue_tries_the_points_the_edited_space_adds(tuner):
     trials = tuner.study("faults").trials
     assert trials[1].params == {"schedule-conservativeness": 0.5} and trials[1].user_attrs.get("try_first")
     assert not trials[2].user_attrs.get("try_first")  # the baseline's values were not enqueued again
+
+
+def test_logprob_drift_within_the_tolerance_is_caught_against_the_baseline(tuner):
+    """The baseline records its decode vs re-prefill differences; a trial at the same precision whose kernels
+    drift (by 0.03 on average, under logprob-tolerance 0.1) fails by the excess over them. An fp8 KV cache is
+    not compared."""
+    profile = yaml.safe_load((REPO / "tuner" / "sim" / "profiles" / "instant.yaml").read_text())
+    profile["health"] = [{"when": {"decode_backend": "triton"}, "effect": "logprob_drift", "value": 0.08}]
+    (tuner.folder / "drift.yaml").write_text(yaml.safe_dump(profile))
+    params = ("  attention-backend: {type: categorical, choices: [flashinfer, triton]}\n"
+              "  kv-cache-dtype: {type: categorical, choices: [auto, fp8_e4m3]}\n")
+    space = tuner.space(instant_space("drift", params=params,
+                                      baseline="{attention-backend: flashinfer, kv-cache-dtype: auto}",
+                                      extra="try-first:\n  - {attention-backend: triton, kv-cache-dtype: auto}\n"
+                                            "  - {attention-backend: triton, kv-cache-dtype: fp8_e4m3}\n"))
+    done = tuner.run("run", "--trials", "3", "--space", str(space), "--simulate", str(tuner.folder / "drift.yaml"))
+    assert done.returncode == 0, done.stderr
+    baseline, drift, fp8 = tuner.study("drift").trials
+    assert baseline.user_attrs["feasible"]
+    assert drift.user_attrs["failure_kind"] == "inconsistent_logprobs", drift.user_attrs.get("failure_message")
+    assert "more than the baseline's" in drift.user_attrs["failure_message"]
+    assert "(tolerance" not in drift.user_attrs["failure_message"]  # within the absolute tolerance
+    assert fp8.user_attrs["feasible"], fp8.user_attrs.get("failure_message")  # other precision: absolute only

@@ -6,6 +6,7 @@ TUNER_TEST_SGLANG_JAX=1; elsewhere this test is skipped.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -18,9 +19,11 @@ import yaml
 from optuna.trial import TrialState
 
 from conftest import REPO, remains_of
+from tuner._failures import FailureKind, TrialFailure
+from tuner._gate import run_gate
 from tuner._probe import run_probe
 from tuner._procs import free_port
-from tuner._spec import ProbeSpec
+from tuner._spec import GatePrompt, GateSpec, ProbeSpec
 from tuner.engines import get_engine
 
 VENV_PYTHON = REPO / ".venv-sgljax" / "bin" / "python"
@@ -108,3 +111,44 @@ def _wait_for_server_info(base_url: str, server: subprocess.Popen, timeout: floa
             pass
         time.sleep(1)
     raise AssertionError("the exported server did not get ready")
+
+
+@pytest.mark.timeout(900)
+def test_planted_decode_position_error_is_caught_by_the_default_gate(tmp_path):
+    """sglang-jax 0.0.1's own bug, put back (TUNER_PLANT_DECODE_POSITION_ERROR=1, a switch in our CPU patch):
+    decode rotates each token one position too far. The default gate, with the healthy server as the
+    baseline, fails it as inconsistent logprobs; the figures are printed for the record."""
+    space = yaml.safe_load((REPO / "search_spaces" / "sglang-jax-cpu-tiny.yaml").read_text())
+    gate = GateSpec(prompts=tuple(GatePrompt(p["prompt"]) for p in space["gate"]["prompts"]),
+                    checks=tuple(space["gate"]["checks"]), max_new_tokens=space["gate"]["max-new-tokens"])
+    servers = []
+
+    def start(plant: bool) -> str:
+        port = free_port()
+        env = {**os.environ, "JAX_PLATFORMS": "cpu", "TUNER_PLANT_DECODE_POSITION_ERROR": "1" if plant else "0"}
+        argv = [str(VENV_PYTHON), "-m", "sgl_jax.launch_server", "--model-path", str(MODEL), "--device", "cpu",
+                "--random-seed", "0", "--max-total-tokens", "8192", "--host", "127.0.0.1", "--port", str(port)]
+        with open(tmp_path / f"server-{plant}.log", "wb") as log:
+            servers.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                            start_new_session=True))
+        _wait_for_server_info(f"http://127.0.0.1:{port}", servers[-1])
+        return f"http://127.0.0.1:{port}"
+
+    try:
+        with httpx.Client(base_url=start(False), timeout=60) as client:
+            healthy = run_gate(client, get_engine("sglang"), gate)
+        with httpx.Client(base_url=start(True), timeout=60) as client:
+            with pytest.raises(TrialFailure) as exc:
+                run_gate(client, get_engine("sglang"), gate, reference=healthy.reference,
+                         reference_diffs=healthy.logprob_diffs)
+            loose = dataclasses.replace(gate, agreement_tie_tolerance=100.0, logprob_tolerance=100.0,
+                                        logprob_excess_tolerance=None)
+            planted = run_gate(client, get_engine("sglang"), loose, reference=healthy.reference)
+    finally:
+        for server in servers:
+            os.killpg(server.pid, signal.SIGTERM)
+            server.wait(timeout=30)
+    assert exc.value.kind is FailureKind.INCONSISTENT_LOGPROBS, exc.value.message
+    print(f"healthy: decode vs re-prefill {healthy.max_logprob_diff:.4f}; planted: {planted.max_logprob_diff:.4f}, "
+          f"first divergences from the healthy output (position, margin): "
+          f"{[(d.position, round(d.margin, 4)) for d in planted.divergences]}; gate: {exc.value.message}")

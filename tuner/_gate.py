@@ -28,6 +28,7 @@ class GateResult:
     answers: Mapping[str, str]  # prompt -> text
     reference: Mapping[str, list[int]]  # prompt -> greedy token ids, for later trials to agree with
     max_logprob_diff: float | None = None
+    logprob_diffs: Mapping[str, float] = field(default_factory=dict)  # prompt -> decode vs re-prefill
     skipped: Mapping[str, str] = field(default_factory=dict)  # check -> why it could not be done
     divergences: tuple[Divergence, ...] = ()  # where greedy output left the baseline's, as near-ties
 
@@ -43,19 +44,22 @@ class Divergence:
 
 
 def run_gate(client: httpx.Client, engine: Engine, spec: GateSpec, *, stage: str = "gate",
-             reference: Mapping[str, list[int]] | None = None, vocab_size: int | None = None,
+             reference: Mapping[str, list[int]] | None = None,
+             reference_diffs: Mapping[str, float] | None = None, vocab_size: int | None = None,
              quick: bool = False, watch: Watch | None = None, stall_timeout: float | None = None,
              generated: bool = False) -> GateResult:
     """Run the checks; raise TrialFailure on the first that fails. `quick` is the after-load re-check.
 
     Each request runs under `watch` (the server's exit, an interrupt and silence end it; see _Timeouts),
-    `generated`: readiness saw the server generate."""
+    `generated`: readiness saw the server generate. `reference_diffs`: the baseline's decode vs re-prefill
+    differences, where it ran at this trial's precision."""
     t0 = time.monotonic()
     timeouts = _Timeouts(client, spec, quick, stall_timeout, generated, watch)
     passed: set[str] = set()
     answers: dict[str, str] = {}
     ids: dict[str, list[int]] = {}
     worst_diff: float | None = None
+    diffs: dict[str, float] = {}
     skipped: dict[str, str] = {}
     divergences: list[Divergence] = []
 
@@ -99,10 +103,17 @@ def run_gate(client: httpx.Client, engine: Engine, spec: GateSpec, *, stage: str
                 if diff is None:
                     fail(FailureKind.NAN, item.prompt, "re-prefill returned NaN or inf logprobs", completion)
                 worst_diff = diff if worst_diff is None else max(worst_diff, diff)
+                diffs[item.prompt] = diff
                 if diff > spec.logprob_tolerance:
                     fail(FailureKind.INCONSISTENT_LOGPROBS, item.prompt,
                          f"decode and re-prefill logprobs differ by {diff:.4f} on average "
                          f"(tolerance {spec.logprob_tolerance})", completion)
+                base = (reference_diffs or {}).get(item.prompt)
+                excess = spec.logprob_excess_tolerance
+                if base is not None and excess is not None and diff - base > excess:
+                    fail(FailureKind.INCONSISTENT_LOGPROBS, item.prompt,
+                         f"decode and re-prefill logprobs differ by {diff:.4f} on average, {diff - base:.4f} more "
+                         f"than the baseline's (logprob-excess-tolerance {excess})", completion)
                 passed.add("logprob-consistency")
         if spec.enabled("baseline-agreement") and reference and item.prompt in reference:
             want = reference[item.prompt][: spec.agreement_tokens]
@@ -131,7 +142,7 @@ def run_gate(client: httpx.Client, engine: Engine, spec: GateSpec, *, stage: str
             fail(FailureKind.INCONSISTENT_LOGPROBS, first, "greedy output differs between two identical requests",
                  again)
         passed.add("determinism")
-    return GateResult(time.monotonic() - t0, tuple(sorted(passed)), answers, ids, worst_diff, skipped,
+    return GateResult(time.monotonic() - t0, tuple(sorted(passed)), answers, ids, worst_diff, diffs, skipped,
                       tuple(divergences))
 
 

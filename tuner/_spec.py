@@ -56,6 +56,10 @@ class GateSpec:
     # Real SGLang 0.5.17 on an H100 (flashinfer, bf16, std-0.02 weights) gave 0.055 on every healthy trial:
     # 0.05 failed them all (docs/gpu-sglang-0517/). sglang-jax on an H200 needed 0.1 as well.
     logprob_tolerance: float = 0.1
+    # How far a trial's difference may exceed the baseline's on the same prompt, where both run at the same
+    # precision (dtype, KV-cache dtype, quantization). Healthy bf16 kernels on an H100 stayed within 0.004 of
+    # each other (0.051-0.055); sglang-jax's decode-position bug, planted back, added 0.073. None: off.
+    logprob_excess_tolerance: float | None = 0.02
     agreement_tokens: int | None = None  # None: the whole greedy output
     # Where greedy output first leaves the baseline's, the two tokens' logprobs on this server may differ by
     # this much (a near-tie that kernels rounding differently decide either way); more is a wrong answer.
@@ -100,6 +104,9 @@ class ProbeSpec:
     # Seconds the whole probe may take; each level (the check wave too) gets an equal share of what is left
     # and is cut at its end, its figures taken over what streamed until then.
     time_budget: float = 1800.0
+    # False: every trial's probe runs to its end (figures comparable across all trials) instead of stopping
+    # once it is behind the best trials at the same point.
+    prune: bool = True
     # Open-loop levels (requests/s), run after the concurrency levels; see tuner/_arrivals.py.
     rates: tuple[float, ...] = ()
     burstiness: float = 1.0
@@ -273,6 +280,8 @@ def _parse_gate(s: Section) -> GateSpec:
                              did_you_mean(str(c), GATE_CHECKS) or f"use some of {', '.join(GATE_CHECKS)}")
     gate = GateSpec(prompts=prompts, max_new_tokens=s.get("max-new-tokens", int, 16), checks=tuple(checks),
                     logprob_tolerance=s.get("logprob-tolerance", float, GateSpec.logprob_tolerance),
+                    logprob_excess_tolerance=s.get("logprob-excess-tolerance", float,
+                                                   GateSpec.logprob_excess_tolerance),
                     agreement_tokens=s.get("agreement-tokens", int, None),
                     agreement_tie_tolerance=s.get("agreement-tie-tolerance", float,
                                                   GateSpec.agreement_tie_tolerance),
@@ -313,7 +322,8 @@ def _parse_probe(s: Section) -> ProbeSpec:
         time_budget=s.get("time-budget", float, 1800.0), rates=tuple(float(r) for r in rates),
         burstiness=s.get("burstiness", float, 1.0), max_in_flight=s.get("max-in-flight", int, None),
         max_send_lateness=s.get("max-send-lateness", float, 0.05),
-        dataset_format=s.get("dataset-format", str, "jsonl"), shared_prefix=_parse_shared_prefix(s))
+        dataset_format=s.get("dataset-format", str, "jsonl"), shared_prefix=_parse_shared_prefix(s),
+        prune=s.get("prune", bool, True))
     for key, value in (("requests", probe.requests), ("input-len", probe.input_len),
                        ("output-len", probe.output_len)):
         if value < 1:

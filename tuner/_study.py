@@ -547,7 +547,7 @@ def _wait_initialised(study: optuna.Study, spec: Spec, sampler_name: str) -> str
 
 
 def _pruner(spec: Spec) -> optuna.pruners.BasePruner:
-    if spec.objective.second_metric:
+    if spec.objective.second_metric or not spec.probe.prune:
         return optuna.pruners.NopPruner()  # report/should_prune raise on multi-objective studies
     from ._pruner import BehindTheBest
 

@@ -39,6 +39,7 @@ class TrialPlan:
     port: int
     gpu_ids: tuple[int, ...] | None = None
     reference: Mapping[str, list[int]] | None = None  # the baseline's greedy token ids
+    reference_diffs: Mapping[str, float] | None = None  # its decode vs re-prefill differences, same precision
 
 
 @dataclass
@@ -128,7 +129,8 @@ def run_trial(ctx: TrialContext, plan: TrialPlan) -> TrialResult:
                                          "server_info request")
             vocab = result.server_info.get("vocab_size")
             with stage("gate"), _explained(server, watcher, "gate"):
-                result.gate = run_gate(client, engine, spec.gate, reference=plan.reference, vocab_size=vocab,
+                result.gate = run_gate(client, engine, spec.gate, reference=plan.reference,
+                                       reference_diffs=plan.reference_diffs, vocab_size=vocab,
                                        watch=watch("gate"), stall_timeout=stall, generated=ready.generated)
                 check_alive(server, watcher, "gate", ctx.cancel)
             with stage("probe"), _explained(server, watcher, "probe"):

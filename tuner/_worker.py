@@ -14,7 +14,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,10 @@ from ._teardown import WORKER_RECORD, owner_alive, read_record, this_worker, wri
 from ._trial import TrialContext, TrialPlan, TrialResult, run_trial
 
 REFERENCE_ATTR = "reference"
+REFERENCE_DIFFS_ATTR = "reference_logprob_diffs"
+# Flags that set the numbers' precision: decode vs re-prefill differences are compared with the baseline's only
+# where these are the baseline's (an fp8 KV cache differs more, and is not broken for it).
+PRECISION_FLAGS = ("dtype", "kv-cache-dtype", "quantization", "torchao-config")
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 # What a retried trial inherits from the one that died (RetryHeartbeatStaleTrialCallback copies every user
 # attr) but must not keep: it is about the dead run, not this one.
@@ -276,8 +280,12 @@ class Worker:
         return self._finish(trial, result, {"baseline": bool(trial.user_attrs.get("baseline"))})
 
     def _run(self, trial: optuna.Trial, config: ServerConfig) -> TrialResult:
+        attrs = trial.study.user_attrs
+        diffs = attrs.get(REFERENCE_DIFFS_ATTR) or {}
+        same_precision = diffs.get("precision") == _precision(config.flags)
         plan = TrialPlan(trial.number, config, self.workdir / f"trial-{trial.number}",
-                         free_port(self.spec.server.host), reference=trial.study.user_attrs.get(REFERENCE_ATTR))
+                         free_port(self.spec.server.host), reference=attrs.get(REFERENCE_ATTR),
+                         reference_diffs=diffs.get("diffs") if same_precision else None)
         objective = self.spec.objective
         prunable = not objective.second_metric and ("throughput" in objective.metric or objective.rate_search)
         reports = PrunerReports(trial) if prunable else None
@@ -324,6 +332,8 @@ class Worker:
         trial.set_constraint(FEASIBILITY, feasibility_constraint(feasible, blameless))
         if feasible and extra.get("baseline") and result.gate is not None:
             trial.study.set_user_attr(REFERENCE_ATTR, dict(result.gate.reference))
+            trial.study.set_user_attr(REFERENCE_DIFFS_ATTR, {"precision": _precision(result.config.flags),
+                                                             "diffs": dict(result.gate.logprob_diffs)})
         self._annotate(trial, result, attrs, feasible)
         self.on_trial_end(trial, attrs)
         return objective_result(self.sampler_name, self.spec.objective.directions, values, result.stopped_early,
@@ -467,3 +477,7 @@ def fail_trials_of_dead_workers(study: optuna.Study, workdir: Path) -> list[int]
                     callback(study, copy.deepcopy(storage.get_trial(trial._trial_id)))
         write_record(path, {**record, "done": True})
     return failed
+
+
+def _precision(flags: Mapping[str, Any]) -> dict[str, Any]:
+    return {name: flags.get(name) for name in PRECISION_FLAGS}
