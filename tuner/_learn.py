@@ -33,24 +33,22 @@ class Learning:
     default: bool  # found without --learn-from: the studies of this storage on the same engine and GPU
 
 
-def stored_context(storage: optuna.storages.BaseStorage, study_name: str) -> Mapping[str, Any] | None:
+def stored_context(storage_url: str, study_name: str) -> Mapping[str, Any] | None:
     """The context a study of this storage recorded (a resumed run knows its version better than a new one)."""
-    for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
-        if summary.study_name == study_name:
-            return summary.user_attrs.get(CONTEXT_ATTR)
-    return None
+    return next((s.user_attrs.get(CONTEXT_ATTR) for s in _summaries(storage_url) if s.study_name == study_name),
+                None)
 
 
 def best_context(fresh: Mapping[str, Any], stored: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return stored if stored is not None and richness(stored) >= richness(fresh) else fresh
 
 
-def gather(sources: Sequence[str] | None, storage: optuna.storages.BaseStorage, storage_url: str, study_name: str,
-           context: Mapping[str, Any]) -> Learning:
-    """The knowledge of every source named (None: those of this storage that match `context`); a source that
-    cannot be used is one KnowledgeError (or StorageError) naming it and the fix."""
+def gather(sources: Sequence[str] | None, storage_url: str, study_name: str, context: Mapping[str, Any]) -> Learning:
+    """The knowledge of every source named (None: the studies of this storage that match `context`); a source
+    that cannot be used is one KnowledgeError naming it and the fix. Nothing is created: a storage that does not
+    exist yet holds no study to learn from."""
     if sources is None:
-        return Learning(tuple(_matching_studies(storage, study_name, context)), default=True)
+        return Learning(tuple(_matching_studies(storage_url, study_name, context)), default=True)
     if NONE in sources:
         if len(sources) > 1:
             raise KnowledgeError("--learn-from none starts cold, and cannot be given with other sources",
@@ -63,18 +61,30 @@ def gather(sources: Sequence[str] | None, storage: optuna.storages.BaseStorage, 
         elif source.endswith(FILE_SUFFIXES) or Path(source).exists():
             knowledge.append(read_knowledge(source))
         else:
-            knowledge.append(_this_storage_study(source, storage, storage_url, study_name))
+            knowledge.append(_this_storage_study(source, storage_url, study_name))
     return Learning(tuple(knowledge), default=False)
 
 
-def _matching_studies(storage: optuna.storages.BaseStorage, study_name: str,
-                      context: Mapping[str, Any]) -> list[Knowledge]:
+def _summaries(storage_url: str) -> list[optuna.study.StudySummary]:
+    """The studies of a storage, read without creating it; none where it does not exist or holds none."""
+    try:
+        stored_study_names(storage_url)
+    except StorageError:
+        return []
+    return optuna.get_all_study_summaries(_reader(storage_url), include_best_trial=False)
+
+
+def _reader(storage_url: str) -> optuna.storages.BaseStorage:
+    return open_storage(storage_url, heartbeat=False)
+
+
+def _matching_studies(storage_url: str, study_name: str, context: Mapping[str, Any]) -> list[Knowledge]:
     """The other studies of this storage whose recorded context has this engine and GPU."""
     engine, gpus = context.get("engine") or {}, context.get("gpus") or {}
     if not gpus.get("name"):
         return []  # no GPU read: nothing to match a study by
     out = []
-    for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
+    for summary in _summaries(storage_url):
         theirs = summary.user_attrs.get(CONTEXT_ATTR)
         if summary.study_name == study_name or not isinstance(theirs, Mapping):
             continue
@@ -82,23 +92,22 @@ def _matching_studies(storage: optuna.storages.BaseStorage, study_name: str,
         if ((theirs.get("engine") or {}).get("name") == engine.get("name")
                 and (their_gpus.get("name"), their_gpus.get("compute_capability"))
                 == (gpus.get("name"), gpus.get("compute_capability"))):
-            study = optuna.load_study(study_name=summary.study_name, storage=storage)
+            study = optuna.load_study(study_name=summary.study_name, storage=_reader(storage_url))
             out.append(knowledge_of_study(study, f"study '{summary.study_name}'"))
     return out
 
 
-def _this_storage_study(name: str, storage: optuna.storages.BaseStorage, storage_url: str,
-                        study_name: str) -> Knowledge:
-    names = [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
+def _this_storage_study(name: str, storage_url: str, study_name: str) -> Knowledge:
     if name == study_name:
         raise KnowledgeError(f"--learn-from {name}: that is the study this run continues",
                              "name another study, a storage URL or a knowledge file")
+    names = [s.study_name for s in _summaries(storage_url)]
     if name not in names:
         others = [n for n in names if n != study_name]
         raise KnowledgeError(f"--learn-from {name}: no study of that name in {redact_url(storage_url)}, and no such "
                              "file", f"name one of: {', '.join(others)}" if others else
                              "pass a knowledge file (.yaml or .json) or a storage URL (sqlite:///other.db#study)")
-    return knowledge_of_study(optuna.load_study(study_name=name, storage=storage), f"study '{name}'")
+    return knowledge_of_study(optuna.load_study(study_name=name, storage=_reader(storage_url)), f"study '{name}'")
 
 
 def _storage_studies(source: str, storage_url: str, study_name: str) -> list[Knowledge]:
@@ -114,7 +123,7 @@ def _storage_studies(source: str, storage_url: str, study_name: str) -> list[Kno
                              f"write {shown}#NAME with one of: {', '.join(names)}")
     same = url == storage_url
     chosen = [wanted] if wanted else [n for n in names if not (same and n == study_name)]
-    storage = open_storage(url, heartbeat=False)
+    storage = _reader(url)
     studies = [optuna.load_study(study_name=n, storage=storage) for n in chosen]
     if wanted:
         return [knowledge_of_study(studies[0], f"study '{wanted}' in {shown}")]

@@ -172,10 +172,11 @@ def run(options: RunOptions, stream=sys.stderr) -> optuna.Study:
     for warning in prepared.report.warnings:
         progress.say(f"warning: {warning}")
     api_key = _api_key(options.api_key_env or spec.server.api_key_env)
-    storage = open_storage(options.storage)
     study_name = options.study or spec.name
     gpu_probe = None if options.simulate else GpuProbe()
-    warm, learning = _learn(options, prepared, storage, study_name, gpu_probe)
+    # Before the storage is opened (which creates it): a source that cannot be used leaves nothing behind.
+    warm, learning = _learn(options, prepared, study_name, gpu_probe)
+    storage = open_storage(options.storage)
     if warm is not None:
         progress.say(learn_line(warm, learning))
     study = load_or_create(storage, study_name, spec, options.sampler, options.seed, options.on_space_change, warm)
@@ -238,20 +239,21 @@ def run(options: RunOptions, stream=sys.stderr) -> optuna.Study:
     return study
 
 
-def _learn(options: RunOptions, prepared: Prepared, storage, study_name: str,
+def _learn(options: RunOptions, prepared: Prepared, study_name: str,
            gpu_probe: GpuProbe | None) -> tuple[WarmStart | None, Learning]:
     """What earlier studies tell this one (tuner/_learn.py, tuner/_warm.py); None where nothing is learnt from."""
     spec = prepared.spec
     gpu_ids = parse_gpu_list(options.gpus) if options.gpus else None
     recorder = ContextRecorder(spec, prepared.profile, gpu_probe, gpu_ids, prepared.server_version)
-    context = best_context(recorder.collect(None).to_attr(), stored_context(storage, study_name))
-    learning = gather(options.learn_from, storage, options.storage, study_name, context)
+    stored = stored_context(options.storage, study_name)
+    context = best_context(recorder.collect(None).to_attr(), stored)
+    learning = gather(options.learn_from, options.storage, study_name, context)
     if not learning.knowledge:
         return None, learning
     if not (context.get("engine") or {}).get("version") and spec.engine == "sglang":
         # Kernel lessons carry only to the same version: ask the server's Python, once there is something to match.
         recorder.asked_version = probe_version(prepared.command, prepared.env)
-        context = best_context(recorder.collect(None).to_attr(), stored_context(storage, study_name))
+        context = best_context(recorder.collect(None).to_attr(), stored)
     return warm_start(learning.knowledge, spec.space, context), learning
 
 

@@ -1,0 +1,94 @@
+"""`run --learn-from` and `knowledge export` through the command line: real tuner processes, real simulated servers,
+real SQLite studies (tuner/_learn.py, tuner/_warm.py, tuner/_knowledge.py)."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+import yaml
+
+from conftest import REPO, instant_space
+
+SIM_FAST = {"TUNER_SIM_TIME_SCALE": "0.03", "TUNER_SIM_STARTUP_SCALE": "0.002"}
+GLM5_SPACE = REPO / "search_spaces" / "glm5-nvfp4-sm120.yaml"
+SHIPPED = REPO / "search_spaces" / "knowledge" / "glm5-nvfp4-sm120.yaml"
+# On SM120 with SGLang 0.5.6 only trtllm_mla runs: nsa (flashmla_*) answers NaN or crashes capturing, flashinfer
+# answers NaN at batch 64, triton garbage (tuner/sim/profiles/glm5-nvfp4-sm120.yaml).
+BROKEN = {"nsa", "flashinfer", "triton"}
+FIRST = 6  # trials of the GLM-5 studies compared
+
+
+def _other_model_on_the_same_gpu(tuner) -> tuple[str, str]:
+    """A DeepSeek-V3.2-shaped model on the twin's GPUs and SGLang (the same kernels, so the same broken backends),
+    and a space for it that tries the seed story's backends first: (profile file, space file)."""
+    profile = yaml.safe_load((REPO / "tuner" / "sim" / "profiles" / "glm5-nvfp4-sm120.yaml").read_text())
+    profile["name"] = "dsv32-nvfp4-sm120"
+    profile["model"].update(name="DeepSeek-V3.2-NVFP4", architecture="DeepseekV32ForCausalLM", params_b=671,
+                            active_params_b=37, weight_gb_sharded=420.0, layers=61, hidden_size=7168)
+    profile_path = tuner.space(yaml.safe_dump(profile, sort_keys=False), "dsv32-profile.yaml")
+    space = yaml.safe_load(GLM5_SPACE.read_text())
+    space["name"] = "dsv32"
+    baseline = space["baseline"]
+    graphs_off = {**{k: v for k, v in baseline.items() if k != "cuda-graph-max-bs"}, "disable-cuda-graph": True}
+    space["try-first"] = [{**graphs_off, "attention-backend": "nsa", "nsa-decode-backend": "flashmla_sparse"},
+                          {**baseline, "attention-backend": "nsa", "nsa-decode-backend": "flashmla_kv"},
+                          {**baseline, "attention-backend": "flashinfer"}, {**baseline, "attention-backend": "triton"}]
+    return str(profile_path), str(tuner.space(yaml.safe_dump(space, sort_keys=False), "dsv32.yaml"))
+
+
+def _backends(study) -> list[str]:
+    return [t.params["attention-backend"] for t in sorted(study.get_trials(), key=lambda t: t.number)]
+
+
+@pytest.mark.timeout(900)
+def test_a_second_glm5_study_skips_the_backends_another_model_on_the_same_gpu_found_broken(tuner):
+    profile, space = _other_model_on_the_same_gpu(tuner)
+    first = tuner.run("run", "--trials", "6", "--simulate", profile, "--space", space, env=SIM_FAST)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "learning from" not in first.stderr  # nothing earlier in the storage
+
+    # What its failures showed, as a file.
+    export = tuner.run("knowledge", "export", "--study", "dsv32", "--out", "dsv32.yaml")
+    assert export.returncode == 0, export.stderr
+    document = yaml.safe_load((tuner.folder / "dsv32.yaml").read_text())
+    assert (document["format"], document["schema"]) == ("tuner-knowledge", 1)
+    entries = {(e["values"].get("attention-backend"), e["kind"]): e for e in document["entries"]}
+    nan = entries["nsa", "nan"]
+    assert nan["reads"] == "`attention-backend: nsa` gives NaN on SM120 with SGLang 0.5.6"
+    assert nan["trials"][0] == 1 and nan["count"] == len(nan["trials"]) and nan["study"] == "dsv32"
+    assert nan["evidence"].startswith("logprob of output token 1 is NaN")
+    assert nan["context"]["engine"]["version"] == "0.5.6"
+    assert nan["context"]["gpus"]["compute_capability"] == "12.0"
+    assert nan["context"]["model"]["name"] == "DeepSeek-V3.2-NVFP4"
+    assert entries["nsa", "graph_capture_failed"]["capture"] is True
+    assert entries["flashinfer", "nan"]["trials"][0] == 3
+    assert entries["triton", "garbage"]["trials"][0] == 4
+    # Graphs off failed only together with nsa: nsa, which failed with graphs on too, takes the blame alone.
+    assert not [e for e in document["entries"] if e["values"].get("disable-cuda-graph") is True]
+    assert export.stderr.splitlines()[0] == f"study 'dsv32' (sqlite:///trials.db): {len(entries)} entries written to " \
+                                            "dsv32.yaml"
+
+    # The same GLM-5 study twice, with the same seed: cold (in a storage of its own), then learning from this
+    # storage's studies on the same engine and GPU, by default.
+    cold = tuner.run("run", "--trials", str(FIRST), "--simulate", "--storage", "sqlite:///cold.db", env=SIM_FAST)
+    assert cold.returncode == 0, cold.stderr[-3000:]
+    assert "learning from" not in cold.stderr
+    warm = tuner.run("run", "--trials", str(FIRST), "--simulate", "--study", "glm5-warm", env=SIM_FAST)
+    assert warm.returncode == 0, warm.stderr[-3000:]
+    said = warm.stderr.splitlines()[0]
+    assert said.startswith("learning from 1 earlier study of this storage on the same engine and GPU: study 'dsv32' "
+                           "("), said
+    assert said.endswith("(--learn-from none starts cold)")
+    cold_study = optuna.load_study(study_name="glm5-nvfp4-sm120", storage=f"sqlite:///{tuner.folder / 'cold.db'}")
+    cold_backends, warm_backends = _backends(cold_study), _backends(tuner.study("glm5-warm"))
+    assert BROKEN & set(cold_backends), cold_backends  # cold, the search meets a broken backend early
+    assert not BROKEN & set(warm_backends), warm_backends  # warm, from its first trial on it does not
+    warm_study = tuner.study("glm5-warm")
+    assert warm_study.trials[1].user_attrs["learned_from"] == "study 'dsv32'"  # its winner, right after the baseline
+    learned = warm_study.user_attrs["learned"]
+    assert learned["default"] is True and [s["source"] for s in learned["sources"]] == ["study 'dsv32'"]
+    show = tuner.run("show", "--study", "glm5-warm", env={"COLUMNS": "250"})
+    line, = [line for line in show.stdout.splitlines() if line.startswith("learned: ")]
+    assert line == (f"learned: {learned['sources'][0]['lessons']} lessons from study 'dsv32', its configurations "
+                    "tried as trial 1")
+    assert tuner.leftovers() == {}
