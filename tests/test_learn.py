@@ -92,3 +92,77 @@ def test_a_second_glm5_study_skips_the_backends_another_model_on_the_same_gpu_fo
     assert line == (f"learned: {learned['sources'][0]['lessons']} lessons from study 'dsv32', its configurations "
                     "tried as trial 1")
     assert tuner.leftovers() == {}
+
+
+@pytest.mark.timeout(600)
+def test_the_shipped_knowledge_is_used_and_a_lesson_this_study_contradicts_does_not_stop_the_value(tuner):
+    """From the shipped file plus a wrong entry (trtllm_mla, the one backend that runs, said to give NaN): the
+    baseline runs trtllm_mla, which voids the entry, and the study goes on with it; the broken backends the file
+    names stay untried."""
+    knowledge = yaml.safe_load(SHIPPED.read_text())
+    nan = next(e for e in knowledge["entries"] if e["values"] == {"attention-backend": "nsa"} and e["kind"] == "nan")
+    knowledge["entries"].append({**nan, "values": {"attention-backend": "trtllm_mla"}, "reads": "wrong"})
+    path = tuner.space(yaml.safe_dump(knowledge, sort_keys=False), "told.yaml")
+    done = tuner.run("run", "--trials", str(FIRST), "--simulate", "--learn-from", str(path), env=SIM_FAST)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lessons = len(knowledge["entries"])
+    assert done.stderr.splitlines()[0] == f"learning from {path} ({lessons} lessons)", done.stderr[:500]
+    study = tuner.study("glm5-nvfp4-sm120")
+    assert _backends(study) == ["trtllm_mla"] * FIRST
+    assert study.user_attrs["learned"] == {"sources": [{"source": str(path), "lessons": lessons, "first": 0}],
+                                           "default": False}
+
+
+KNOWN = ("format: tuner-knowledge\nschema: 1\nentries:\n- values: {attention-backend: triton}\n  kind: {kind}\n"
+         "  context: {engine: {name: sglang, version: 0.5.6}, gpus: {compute_capability: '12.0'}}\n")
+BAD_SOURCES = {
+    "nosuch": ("--learn-from nosuch: no study of that name in sqlite:///trials.db, and no such file; pass a knowledge "
+               "file (.yaml or .json) or a storage URL (sqlite:///other.db#study)"),
+    "missing.yaml": ("knowledge file missing.yaml does not exist; pass a file 'python -m tuner knowledge export' "
+                     "wrote, a study name or a storage URL"),
+    "none missing.yaml": ("--learn-from none starts cold, and cannot be given with other sources; pass either 'none' "
+                          "or the sources to learn from"),
+    "sqlite:///other.db": ("--learn-from sqlite:///other.db: no study in sqlite:///other.db: the file other.db does "
+                           "not exist; pass a storage URL that holds a study, e.g. sqlite:///other.db#study"),
+    "broken.yaml": "knowledge file broken.yaml is not YAML at line 2; pass a file 'python -m tuner knowledge export' "
+                   "wrote",
+    "broken.json": "knowledge file broken.json is not JSON; pass a file 'python -m tuner knowledge export' wrote",
+    "space.yaml": ("space.yaml is not a tuner knowledge file (no 'format: tuner-knowledge'); pass a file 'python -m "
+                   "tuner knowledge export' wrote"),
+    "newer.yaml": ("newer.yaml: schema 2 is not one this tuner reads (1); export it again with this tuner's "
+                   "'knowledge export'"),
+    "kind.yaml": "kind.yaml: entries[0].kind: 'nann' is not a failure kind; use one of crash_on_start, crash_under_load, "
+                 "garbage, graph_capture_failed, hang, inconsistent_logprobs, nan, oom, wrong_answer",
+    "slo.yaml": "slo.yaml: entries[0].kind: slo_violation failures are not carried to other studies; drop the entry",
+}
+
+
+@pytest.mark.parametrize("source", list(BAD_SOURCES))
+def test_a_source_that_cannot_be_learnt_from_is_one_line_and_nothing_is_written(tuner, source):
+    space = tuner.space(instant_space("bad-source"))
+    tuner.space("x: [\n", "broken.yaml")
+    tuner.space("{\"format\": ", "broken.json")
+    tuner.space(KNOWN.replace("{kind}", "nan").replace("schema: 1", "schema: 2"), "newer.yaml")
+    tuner.space(KNOWN.replace("{kind}", "nann"), "kind.yaml")
+    tuner.space(KNOWN.replace("{kind}", "slo_violation"), "slo.yaml")
+    done = tuner.run("run", "--trials", "1", "--space", str(space), "--simulate", "instant", "--learn-from",
+                     *source.split())
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [f"error: {BAD_SOURCES[source]}"]
+    assert not (tuner.folder / "trials.db").exists() and not (tuner.folder / "runs").exists()
+
+
+def test_a_study_without_a_context_is_refused_as_a_source_and_for_export(tuner):
+    """A study from before contexts were recorded cannot be matched to another: both commands say so in one line."""
+    old = optuna.create_study(study_name="old", storage=tuner.storage)
+    old.optimize(lambda trial: trial.suggest_float("x", 0, 1), n_trials=1)
+    space = tuner.space(instant_space("new"))
+    run = tuner.run("run", "--trials", "1", "--space", str(space), "--simulate", "instant", "--learn-from", "old")
+    export = tuner.run("knowledge", "export", "--study", "old", "--out", "old.yaml")
+    fix = ("study 'old' has no recorded context (it ran before the tuner recorded one), so nothing it learnt can be "
+           "matched to another study; add one trial to it with this tuner (run --study old --trials N+1), or leave "
+           "it out")
+    for done in (run, export):
+        assert done.returncode == 2 and done.stderr.splitlines() == [f"error: {fix}"], done.stderr
+    assert [s.study_name for s in optuna.get_all_study_summaries(tuner.storage)] == ["old"]
+    assert not (tuner.folder / "old.yaml").exists()
