@@ -37,8 +37,8 @@ from ._tpe import _violation
 
 KERNEL_WEIGHT = 20.0  # failed trials of this study that one kernel failure on the same GPU and version counts as
 MEMORY_WEIGHT = 8.0  # and one out-of-memory failure of a model at least as heavy for its GPUs' memory
-MAX_WEIGHT = 40.0
-HALF_LIFE = 20  # this study's finished trials after which a carried lesson counts half as much
+MAX_WEIGHT = 20.0
+HALF_LIFE = 8  # this study's finished trials after which a carried lesson counts half as much
 MIN_PRESSURE_RATIO = 0.5  # a model less than half as heavy for its memory learns nothing from another's OOM
 GHOST_WEIGHT = 0.5  # in TPE's density of good configurations, per carried configuration, times similarity
 RANK_DECAY = 0.7  # a study's second-best configuration counts this much of its best, the third this squared
