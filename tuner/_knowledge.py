@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 from optuna.trial import FrozenTrial, TrialState
 
-from ._context import ATTR as CONTEXT_ATTR
+from ._context import ATTR as CONTEXT_ATTR, ENGINE_NAMES
 from ._errors import KnowledgeError
 from ._failures import KERNEL, MEMORY, FailureKind, carries_trial, failed_capturing
 from ._tpe import AT, UP, Shown, _captures_graphs, _violation
@@ -68,27 +68,20 @@ class Lesson:
         return all(name in params and _within(params[name], want) for name, want in self.values.items())
 
     def reads(self) -> str:
-        """'`nsa-decode-backend: flashmla_sparse` gives NaN on SM120 with SGLang 0.5.6'."""
+        """What it says, as it carries: '`nsa-decode-backend: flashmla_sparse` gives NaN on SM120 with SGLang 0.5.6',
+        '`cuda-graph-max-bs: >= 96` runs out of memory with GLM-5 (744B) on 8x 95.6 GB, SGLang 0.5.6'."""
         values = ", ".join(f"{name}: {_value_text(v)}" for name, v in self.values.items())
         verb = _KIND_READS.get(self.kind, f"fails ({self.kind.value})")
         if self.capture and self.kind != FailureKind.GRAPH_CAPTURE_FAILED:
             verb += " capturing CUDA graphs"
-        engine, gpus = self.context.get("engine") or {}, self.context.get("gpus") or {}
-        where = []
-        if gpus.get("compute_capability"):
-            where.append(f"on SM{str(gpus['compute_capability']).replace('.', '')}")
-        if self.carries == MEMORY:
-            model = self.context.get("model") or {}
-            if model.get("name") or model.get("params_b"):
-                where.append(f"with {model.get('name') or 'a model'}"
-                             + (f" ({model['params_b']:g}B)" if model.get("params_b") else ""))
-            if gpus.get("count") and gpus.get("memory_gb"):
-                where.append(f"on {gpus['count']}x {gpus['memory_gb']:g} GB")
-        from ._context import ENGINE_NAMES
-
-        if engine.get("name"):
-            where.append(f"with {ENGINE_NAMES.get(engine['name'], engine['name'])} {engine.get('version') or '?'}")
-        return f"`{values}` {verb} " + " ".join(where)
+        engine, gpus, model = (self.context.get(k) or {} for k in ("engine", "gpus", "model"))
+        version = f"{ENGINE_NAMES.get(engine.get('name'), engine.get('name'))} {engine.get('version') or '?'}"
+        if self.carries != MEMORY:
+            arch = str(gpus.get("compute_capability") or "").replace(".", "")
+            return f"`{values}` {verb}" + (f" on SM{arch}" if arch else "") + f" with {version}"
+        size = f" ({model['params_b']:g}B)" if model.get("params_b") else ""
+        memory = f" on {gpus['count']}x {gpus['memory_gb']:g} GB" if gpus.get("count") and gpus.get("memory_gb") else ""
+        return f"`{values}` {verb} with {model.get('name') or 'a model'}{size}{memory}, {version}"
 
     def to_entry(self) -> dict[str, Any]:
         entry = {"reads": self.reads(), "values": dict(self.values), "kind": self.kind.value}
@@ -250,9 +243,9 @@ def render(knowledge: Knowledge, fmt: str, command: str) -> str:
                 "entries": [lesson.to_entry() for lesson in knowledge.lessons]}
     if fmt == "json":
         return json.dumps(document, indent=2) + "\n"
-    head = (f"# What {knowledge.source}'s failures showed, for `python -m tuner run --learn-from FILE`.\n"
+    head = (f"# What the failures of {knowledge.source} showed, for `python -m tuner run --learn-from FILE`.\n"
             "# Each entry: the values, how they failed, on what (context), in how many trials (count; blame: how\n"
-            "# many failures' worth, a failure with two untried values blaming each for half), the first message.\n")
+            "# many failures' worth, values that only ever failed together sharing them), the first message.\n")
     return head + yaml.dump(document, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=200,
                             default_flow_style=None)
 
