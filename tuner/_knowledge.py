@@ -1,11 +1,11 @@
 """Knowledge a study leaves for later ones: the values its failures blame, and its best configurations.
 
-A lesson is one suspect of the sampler's own rules (tuner/_tpe.py, `Shown.blames`) summed over a study's
+A lesson is a suspect of the sampler's own rules (tuner/_tpe.py, `Shown.blames`) that explains some of a study's
 failures: a value that never ran (`attention-backend: nsa`), an ordered value beyond every one that ran
 (`cuda-graph-max-bs: {at-least: 96}`), or a pair (a choice with an ordered value beyond every one it ran with).
-Each keeps the failure kind, the study's context (tuner/_context.py), how many failures it took part in and how
-much of their blame it took, the first failure's message and the trials. A failure that blames nothing in
-particular (every value in it ran elsewhere) teaches nothing to carry, and is left out.
+Each keeps the failure kind, the study's context (tuner/_context.py), the failures it explains (count, blame,
+trials) and the first one's message. A failure that blames nothing in particular (every value in it ran
+elsewhere) teaches nothing to carry, and is left out.
 
 `knowledge export` writes the lessons as a file (YAML or JSON, `schema: 1`); `run --learn-from FILE` reads it
 back; `run --learn-from STUDY` derives them from the study itself (tuner/_learn.py).
@@ -21,13 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import optuna
 import yaml
 from optuna.trial import FrozenTrial, TrialState
 
 from ._context import ATTR as CONTEXT_ATTR, ENGINE_NAMES
 from ._errors import KnowledgeError
 from ._failures import KERNEL, MEMORY, FailureKind, carries_trial, failed_capturing
-from ._tpe import AT, UP, Shown, _captures_graphs, _violation
+from ._tpe import AT, UP, Blame, Shown, _captures_graphs, _violation
 
 SCHEMA = 1
 FORMAT = "tuner-knowledge"
@@ -50,7 +51,7 @@ class Lesson:
     kind: FailureKind
     context: Mapping[str, Any]  # the study's context attr: engine, gpus, model
     count: int = 1  # failed trials it took part in
-    blame: float = 1.0  # how many failures' worth: a failure with two unproven values blames each for half
+    blame: float = 1.0  # failures' worth: values that only ever failed together share theirs
     evidence: str = ""  # the first failure's message
     study: str = ""
     trials: tuple[int, ...] = ()
@@ -126,10 +127,8 @@ def knowledge_of_trials(study: str, trials: Sequence[FrozenTrial], context: Mapp
                      tuple(_good(finished, kept, study, maximize)), kept)
 
 
-def knowledge_of_study(study: Any, source: str | None = None) -> Knowledge:
-    """`knowledge_of_trials` of a stored optuna.Study; a study without a recorded context is refused."""
-    import optuna
-
+def knowledge_of_study(study: optuna.Study, source: str | None = None) -> Knowledge:
+    """`knowledge_of_trials` of a stored study; a study without a recorded context is refused."""
     context = study.user_attrs.get(CONTEXT_ATTR)
     name = study.study_name
     if not isinstance(context, Mapping):
@@ -146,27 +145,7 @@ def _lessons(finished: Sequence[FrozenTrial], context: Mapping[str, Any], study:
     what in it never ran. Where several failed together, the one among the most failures still unexplained takes
     them all (failing in other company too is what singles it out: `nsa` failed with every decode backend and
     with graphs on and off, graphs off only with `nsa`); suspects that only ever failed together share them."""
-    # As GraphAwareOdds splits them: a failed capture speaks only of configurations that capture graphs, and is
-    # judged against the trials that captured and ran; every other failure against every trial that ran.
-    capture_failed = [failed_capturing(t.user_attrs) for t in finished]
-    general = Shown.of([t for t, failed in zip(finished, capture_failed) if not failed])
-    capture = Shown.of([t for t, failed in zip(finished, capture_failed)
-                        if failed or (_violation(t) <= 0 and _captures_graphs(t.params))])
-    failures: list[tuple[FrozenTrial, bool, dict[str, float]]] = []  # trial, capture, {suspect: sampler's blame}
-    values_of: dict[str, dict[str, Any]] = {}
-    for shown, is_capture in ((general, False), (capture, True)):
-        for t in shown.failed:
-            if carries_trial(t.user_attrs) is None:
-                continue
-            suspects: dict[str, float] = {}
-            for b in shown.blames(t):
-                if not b.shared:  # `shared`: every value of the trial ran elsewhere, nothing singled out
-                    values = _blamed_values(b, t)
-                    key = json.dumps(values, sort_keys=True, default=str)
-                    values_of[key] = values
-                    suspects[key] = suspects.get(key, 0.0) + b.weight
-            if suspects:
-                failures.append((t, is_capture, suspects))
+    failures = _suspects(finished)
     merged: dict[tuple[str, str, bool], dict[str, Any]] = {}
     unexplained = set(range(len(failures)))
     while unexplained:
@@ -174,14 +153,14 @@ def _lessons(finished: Sequence[FrozenTrial], context: Mapping[str, Any], study:
         for i in unexplained:
             for key in failures[i][2]:
                 covers.setdefault(key, set()).add(i)
-        best = max(sorted(covers), key=lambda k: (len(covers[k]), sum(failures[i][2][k] for i in covers[k])))
+        best = max(sorted(covers), key=lambda k: (len(covers[k]), sum(failures[i][2][k][1] for i in covers[k])))
         group = [k for k in sorted(covers) if covers[k] == covers[best]]
         for i in sorted(covers[best]):
-            t, is_capture, _ = failures[i]
+            t, is_capture, suspects = failures[i]
             kind = t.user_attrs["failure_kind"]
             for key in group:
                 entry = merged.setdefault((key, kind, is_capture), {
-                    "values": values_of[key], "kind": FailureKind(kind), "capture": is_capture, "count": 0,
+                    "values": suspects[key][0], "kind": FailureKind(kind), "capture": is_capture, "count": 0,
                     "blame": 0.0, "trials": [], "evidence": _evidence(t)})
                 entry["count"] += 1
                 entry["blame"] += 1.0 / len(group)
@@ -193,7 +172,31 @@ def _lessons(finished: Sequence[FrozenTrial], context: Mapping[str, Any], study:
                                                json.dumps(lesson.values, default=str)))
 
 
-def _blamed_values(b: Any, t: FrozenTrial) -> dict[str, Any]:
+def _suspects(finished: Sequence[FrozenTrial]) -> list[tuple[FrozenTrial, bool, dict[str, tuple[dict, float]]]]:
+    """Each failure that carries, whether it is a capture's, and its suspects: {key: (values, sampler's blame)}.
+    As GraphAwareOdds splits them, a failed capture speaks only of configurations that capture graphs and is judged
+    against the trials that captured and ran; every other failure against every trial that ran."""
+    capture_failed = [failed_capturing(t.user_attrs) for t in finished]
+    general = Shown.of([t for t, failed in zip(finished, capture_failed) if not failed])
+    capture = Shown.of([t for t, failed in zip(finished, capture_failed)
+                        if failed or (_violation(t) <= 0 and _captures_graphs(t.params))])
+    failures = []
+    for shown, is_capture in ((general, False), (capture, True)):
+        for t in shown.failed:
+            if carries_trial(t.user_attrs) is None:
+                continue
+            suspects: dict[str, tuple[dict, float]] = {}
+            for b in shown.blames(t):
+                if not b.shared:  # `shared`: every value of the trial ran elsewhere, nothing singled out
+                    values = _blamed_values(b, t)
+                    key = json.dumps(values, sort_keys=True, default=str)
+                    suspects[key] = (values, suspects.get(key, (values, 0.0))[1] + b.weight)
+            if suspects:
+                failures.append((t, is_capture, suspects))
+    return failures
+
+
+def _blamed_values(b: Blame, t: FrozenTrial) -> dict[str, Any]:
     values: dict[str, Any] = {}
     if b.choice is not None:
         name, (_, value) = b.choice

@@ -34,6 +34,10 @@ Five changes, each because plain TPE wasted server restarts on the shipped or ge
    max-running-requests, vLLM's max-num-seqs, per replica) serves at most M of them; the log of M / C is
    added to the acquisition, as the chance to run is. Not a rule: results that say otherwise can outweigh it.
 
+What earlier studies found (tuner/_warm.py, `prior`) enters the same two places: the values their failures blame
+lower P(runs | x) until a trial of this study runs them, and their best configurations join the density of good
+configurations as weighted observations ("ghosts"). Without a prior the sampler is exactly the one above.
+
 Built on TPESampler internals of Optuna 5.0.0 (pinned in pyproject.toml; tests/test_tpe.py fails when they
 change): `_sample` is TPESampler's own with the additions marked. Its densities are built from the trials whose
 server ran; whether a server runs is the run odds' to say alone (Optuna would rank failed trials among the
@@ -216,7 +220,7 @@ class CrashAwareTPE(optuna.samplers.TPESampler):
         finished = study._get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED),
                                      use_cache=True)
         odds = GraphAwareOdds.learn(finished)
-        # Addition 5 (warm start): failures of earlier studies that no trial of this one has contradicted.
+        # Warm start: failures of earlier studies that no trial of this one has contradicted (tuner/_warm.py).
         return odds if self._prior is None or not self._prior.lessons else self._prior.odds(odds, finished)
 
     def _build_parzen_estimator(self, study: optuna.Study, search_space: dict[str, BaseDistribution],
@@ -368,7 +372,6 @@ class Blame:
 class Shown:
     """What a set of trials shows to run, and the blame each failed one puts on what did not (RunOdds's rules)."""
 
-    ran: list[FrozenTrial]
     failed: list[FrozenTrial]
     base: float  # the overall run rate, drawn towards 1/2
     runs: dict[tuple[str, Any], int]  # by choice: the trials that ran with it
@@ -392,7 +395,7 @@ class Shown:
                 ran_values.setdefault(name, []).append(value)
                 for choice in choices:
                     ran_with.setdefault((choice, name), []).append(value)
-        return cls(ran, failed, (len(ran) + 1) / (len(counted) + 2), runs, ran_values, ran_with)
+        return cls(failed, (len(ran) + 1) / (len(counted) + 2), runs, ran_values, ran_with)
 
     def blames(self, t: FrozenTrial) -> list[Blame]:
         """Where a failed trial puts its blame (RunOdds's docstring has the rules)."""
