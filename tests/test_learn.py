@@ -131,8 +131,8 @@ BAD_SOURCES = {
                    "tuner knowledge export' wrote"),
     "newer.yaml": ("newer.yaml: schema 2 is not one this tuner reads (1); export it again with this tuner's "
                    "'knowledge export'"),
-    "kind.yaml": "kind.yaml: entries[0].kind: 'nann' is not a failure kind; use one of crash_on_start, crash_under_load, "
-                 "garbage, graph_capture_failed, hang, inconsistent_logprobs, nan, oom, wrong_answer",
+    "kind.yaml": ("kind.yaml: entries[0].kind: 'nann' is not a failure kind; use one of crash_on_start, "
+                  "crash_under_load, garbage, graph_capture_failed, hang, inconsistent_logprobs, nan, oom, wrong_answer"),
     "slo.yaml": "slo.yaml: entries[0].kind: slo_violation failures are not carried to other studies; drop the entry",
 }
 

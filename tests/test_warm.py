@@ -15,7 +15,7 @@ from tuner._failures import FailureKind
 from tuner._knowledge import GoodConfig, Knowledge, Lesson
 from tuner._spec import parse_spec
 from tuner._study import _initialise, make_sampler
-from tuner._warm import HALF_LIFE, KERNEL_WEIGHT, Prior, adapt, lesson_weight, similarity, warm_start
+from tuner._warm import HALF_LIFE, KERNEL_WEIGHT, adapt, lesson_weight, similarity, warm_start
 
 SM120 = {"engine": {"name": "sglang", "version": "0.5.6"},
          "gpus": {"name": "RTX PRO 6000", "compute_capability": "12.0", "count": 8, "memory_gb": 95.6},

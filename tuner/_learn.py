@@ -157,14 +157,12 @@ def record(study: optuna.Study, warm: WarmStart, learning: Learning) -> None:
 
 
 def describe(attr: Mapping[str, Any], first_trials: Mapping[str, list[int]]) -> str:
-    """One line for `show`: 'learned: 7 lessons from study 'x', its best configurations as trials 1, 2'."""
+    """What `show` says after 'learned: ', e.g. "7 lessons from study 'x', its configurations tried as trials 1, 2"."""
     parts = []
     for source in attr.get("sources") or []:
         name, lessons = source.get("source", "?"), source.get("lessons", 0)
         text = f"{lessons} lesson{'' if lessons == 1 else 's'} from {name}"
-        trials = first_trials.get(name)
-        if trials:
-            text += f", its configurations tried as trial{'s' if len(trials) > 1 else ''} " + ", ".join(map(str,
-                                                                                                           trials))
+        if trials := first_trials.get(name):
+            text += f", its configurations tried as trial{'s' if len(trials) > 1 else ''} {', '.join(map(str, trials))}"
         parts.append(text)
     return "; ".join(parts) or "nothing"

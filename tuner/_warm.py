@@ -85,6 +85,8 @@ class Prior:
 
 
 class ToldOdds:
+    """P(runs | flags): the study's own odds, times what the lessons it has not contradicted still say."""
+
     def __init__(self, own: Any, live: Sequence[tuple[Lesson, float]]) -> None:
         self._own = own
         self._live = live
