@@ -39,6 +39,10 @@ def stored_context(storage_url: str, study_name: str) -> Mapping[str, Any] | Non
                 None)
 
 
+def study_exists(storage_url: str, study_name: str) -> bool:
+    return any(s.study_name == study_name for s in _summaries(storage_url))
+
+
 def best_context(fresh: Mapping[str, Any], stored: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return stored if stored is not None and richness(stored) >= richness(fresh) else fresh
 
@@ -153,7 +157,12 @@ def line(warm: WarmStart, learning: Learning) -> str:
 
 
 def record(study: optuna.Study, warm: WarmStart, learning: Learning) -> None:
-    study.set_user_attr(ATTR, {**warm.to_attr(), "default": learning.default})
+    """The study's `learned` attr: this run's sources, with the configurations each gave when the study began."""
+    before = {s.get("source"): s.get("first", 0) for s in (study.user_attrs.get(ATTR) or {}).get("sources", [])}
+    attr = warm.to_attr()
+    for source in attr["sources"]:
+        source["first"] = source["first"] or before.get(source["source"], 0)
+    study.set_user_attr(ATTR, {**attr, "default": learning.default})
 
 
 def describe(attr: Mapping[str, Any], first_trials: Mapping[str, list[int]]) -> str:

@@ -23,7 +23,8 @@ from ._gpus import GpuProbe, MemoryBaseline, check_gpu_ids, parse_gpu_list
 from ._slots import SlotPool
 from ._progress import Progress, summary
 from ._last_run import write_last_run
-from ._learn import Learning, best_context, gather, line as learn_line, record as record_learning, stored_context
+from ._learn import (Learning, best_context, gather, line as learn_line, record as record_learning, stored_context,
+                     study_exists)
 from ._redact import Redactor, redact_env, redact_url
 from ._server_version import ServerVersion, probe_version
 from ._simulate import AUTO, DEFAULT_PROFILE, choose_profile
@@ -254,7 +255,8 @@ def _learn(options: RunOptions, prepared: Prepared, study_name: str,
         # Kernel lessons carry only to the same version: ask the server's Python, once there is something to match.
         recorder.asked_version = probe_version(prepared.command, prepared.env)
         context = best_context(recorder.collect(None).to_attr(), stored)
-    return warm_start(learning.knowledge, spec.space, context), learning
+    warm = warm_start(learning.knowledge, spec.space, context)
+    return (warm.resumed() if study_exists(options.storage, study_name) else warm), learning
 
 
 def interrupted_line(marked: dict[int, str | None]) -> str:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from optuna.trial import FrozenTrial
@@ -44,6 +44,7 @@ GHOST_WEIGHT = 0.5  # in TPE's density of good configurations, per carried confi
 RANK_DECAY = 0.7  # a study's second-best configuration counts this much of its best, the third this squared
 ENQUEUE_SIMILARITY = 0.25  # contexts less alike lend their configurations to the density only
 MAX_FIRST = 3  # configurations tried right after the baseline
+MAX_TOLD = 8  # lessons per source the study's `learned` attr spells out
 
 # Bytes per parameter of quantized weights (quant_method in config.json), else the dtype's width.
 _QUANT_BYTES = {"modelopt_fp4": 0.5625, "nvfp4": 0.5625, "fp4": 0.5625, "mxfp4": 0.5625, "awq": 0.5, "gptq": 0.5,
@@ -105,6 +106,7 @@ class SourceUse:
     lessons: int  # carried (their flags in this space, their context matching)
     first: int  # configurations tried right after the baseline
     similarity: float | None  # of a study's context to this one's; None for a file
+    told: tuple[str, ...] = ()  # the carried lessons as they read, strongest first
 
 
 @dataclass(frozen=True)
@@ -115,21 +117,26 @@ class WarmStart:
 
     def to_attr(self) -> dict[str, Any]:
         return {"sources": [{"source": u.source, "lessons": u.lessons, "first": u.first,
-                             **({"similarity": round(u.similarity, 2)} if u.similarity is not None else {})}
+                             **({"similarity": round(u.similarity, 2)} if u.similarity is not None else {}),
+                             **({"told": list(u.told[:MAX_TOLD])} if u.told else {})}
                             for u in self.used]}
+
+    def resumed(self) -> WarmStart:
+        """For a study that exists: its first trials are behind it, only the prior applies."""
+        return WarmStart((), self.prior, tuple(replace(u, first=0) for u in self.used))
 
 
 def warm_start(knowledge: Sequence[Knowledge], space: Space, context: Mapping[str, Any]) -> WarmStart:
     """What the knowledge tells a study of `space` in `context` (the context attr: engine, gpus, model,
     workload; tuner/_context.py)."""
     carried: list[CarriedLesson] = []
-    lessons_of: dict[str, int] = {}
+    told: dict[str, list[CarriedLesson]] = {}
     for k in knowledge:
         for lesson in k.lessons:
             weight = lesson_weight(lesson, context)
             if weight > 0 and all(name in space.params for name in lesson.values):
                 carried.append(CarriedLesson(lesson, weight))
-                lessons_of[k.source] = lessons_of.get(k.source, 0) + 1
+                told.setdefault(k.source, []).append(carried[-1])
     candidates: list[tuple[float, GoodConfig, str]] = []
     similar: dict[str, float] = {}
     for k in knowledge:
@@ -150,8 +157,10 @@ def warm_start(knowledge: Sequence[Knowledge], space: Space, context: Mapping[st
                 and not told_to_fail):
             first.append((params, source))
             seen.append(params)
-    used = tuple(SourceUse(k.source, lessons_of.get(k.source, 0), sum(s == k.source for _, s in first),
-                           similar.get(k.source)) for k in knowledge)
+    used = tuple(SourceUse(k.source, len(told.get(k.source, [])), sum(s == k.source for _, s in first),
+                           similar.get(k.source), tuple(c.lesson.reads() for c in sorted(
+                               told.get(k.source, []), key=lambda c: -c.weight)))
+                 for k in knowledge)
     return WarmStart(tuple(first), Prior(tuple(carried), tuple(ghosts)), used)
 
 
