@@ -12,9 +12,9 @@ What carries over, and how much:
   at all below half. A carried lesson counts as KERNEL_WEIGHT (MEMORY_WEIGHT) failed trials of this study per
   failure it took the blame of, at most MAX_WEIGHT, halving every HALF_LIFE trials this study finishes.
 - **Good configurations**: each earlier study's best ones, adapted to this space (flags it lacks dropped, values
-  snapped to its grid, the flags it adds as the baseline has them), tried right after the baseline when the
-  contexts are alike (`similarity` at least ENQUEUE_SIMILARITY, at most MAX_FIRST of them), and added to TPE's
-  density of good configurations as GHOST_WEIGHT x similarity of one trial each.
+  snapped to its grid, the flags it adds as the baseline has them), tried right after the baseline where they come
+  from the same engine on the same GPU architecture (at most MAX_FIRST, the most similar first: `similarity`), and
+  added to TPE's density of good configurations as GHOST_WEIGHT x similarity of one trial each.
 
 Never a ban: a lesson only lowers the chance a proposal is drawn (to 1 / (1 + its weight), to TPE's power of
 risk aversion), and one trial of this study that ran with its values voids it; TPE's own trials outweigh the
@@ -42,7 +42,6 @@ HALF_LIFE = 8  # this study's finished trials after which a carried lesson count
 MIN_PRESSURE_RATIO = 0.5  # a model less than half as heavy for its memory learns nothing from another's OOM
 GHOST_WEIGHT = 0.5  # in TPE's density of good configurations, per carried configuration, times similarity
 RANK_DECAY = 0.7  # a study's second-best configuration counts this much of its best, the third this squared
-ENQUEUE_SIMILARITY = 0.25  # contexts less alike lend their configurations to the density only
 MAX_FIRST = 3  # configurations tried right after the baseline
 MAX_TOLD = 8  # lessons per source the study's `learned` attr spells out
 
@@ -139,9 +138,12 @@ def warm_start(knowledge: Sequence[Knowledge], space: Space, context: Mapping[st
                 told.setdefault(k.source, []).append(carried[-1])
     candidates: list[tuple[float, GoodConfig, str]] = []
     similar: dict[str, float] = {}
+    runnable: set[str] = set()  # sources whose configurations may run first: a kernel another GPU lacks would crash
     for k in knowledge:
         if k.good:
             similar[k.source] = similarity(k.context, context)
+            if _same_architecture(k.context, context):
+                runnable.add(k.source)
             candidates += [(similar[k.source] * RANK_DECAY ** g.rank, g, k.source) for g in k.good]
     candidates.sort(key=lambda c: -c[0])
     first: list[tuple[dict[str, Any], str]] = []
@@ -153,7 +155,7 @@ def warm_start(knowledge: Sequence[Knowledge], space: Space, context: Mapping[st
             continue
         ghosts.append(Ghost(params, GHOST_WEIGHT * score))
         told_to_fail = any(c.lesson.matches(params) for c in carried)
-        if (len(first) < MAX_FIRST and similar[source] >= ENQUEUE_SIMILARITY and params not in seen
+        if (len(first) < MAX_FIRST and source in runnable and params not in seen
                 and not told_to_fail):
             first.append((params, source))
             seen.append(params)
@@ -164,6 +166,14 @@ def warm_start(knowledge: Sequence[Knowledge], space: Space, context: Mapping[st
     return WarmStart(tuple(first), Prior(tuple(carried), tuple(ghosts)), used)
 
 
+def _same_architecture(source: Mapping[str, Any], target: Mapping[str, Any]) -> bool:
+    """The same engine on GPUs of the same compute capability."""
+    engine, theirs = target.get("engine") or {}, source.get("engine") or {}
+    arch, their_arch = (c.get("gpus", {}).get("compute_capability") for c in (target, source))
+    return bool(engine.get("name")) and engine.get("name") == theirs.get("name") and bool(arch) and \
+        str(arch) == str(their_arch)
+
+
 def lesson_weight(lesson: Lesson, context: Mapping[str, Any]) -> float:
     """Failed trials of this study that the lesson counts as at its start; 0 where it does not carry."""
     source = lesson.context
@@ -171,10 +181,8 @@ def lesson_weight(lesson: Lesson, context: Mapping[str, Any]) -> float:
     if not engine.get("name") or engine.get("name") != their_engine.get("name"):
         return 0.0
     if lesson.carries == KERNEL:
-        gpus, their_gpus = context.get("gpus") or {}, source.get("gpus") or {}
-        same = (engine.get("version") and engine.get("version") == their_engine.get("version")
-                and gpus.get("compute_capability")
-                and str(gpus.get("compute_capability")) == str(their_gpus.get("compute_capability")))
+        same = _same_architecture(source, context) and engine.get("version") \
+            and engine.get("version") == their_engine.get("version")
         return min(MAX_WEIGHT, KERNEL_WEIGHT * lesson.blame) if same else 0.0
     if lesson.carries == MEMORY:
         ours, theirs = memory_pressure(context), memory_pressure(source)
