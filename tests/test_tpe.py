@@ -299,5 +299,6 @@ def test_the_private_optuna_parts_the_sampler_relies_on_are_unchanged(name):
     digest = hashlib.sha256(inspect.getsource(obj).encode()).hexdigest()[:16]
     assert digest == PRIVATE_PARTS[name], f"{name} changed in optuna {optuna.__version__}"
     sampler = optuna.samplers.TPESampler()
-    for field in ("_random_sampler", "_rng", "_n_startup_trials", "_constant_liar", "_gamma", "_n_ei_candidates"):
+    for field in ("_random_sampler", "_rng", "_n_startup_trials", "_constant_liar", "_gamma", "_n_ei_candidates",
+                  "_parzen_estimator_parameters", "_parzen_estimator_cls"):
         assert hasattr(sampler, field), field

@@ -150,13 +150,12 @@ def warm_start(knowledge: Sequence[Knowledge], space: Space, context: Mapping[st
     ghosts: list[Ghost] = []
     seen = [dict(space.baseline)] if space.baseline is not None else []
     for score, good, source in candidates:
-        params = adapt(good.params, space)
-        if params is None or score <= 0 or params in [g.params for g in ghosts]:
+        params = adapt(good.params, space) if score > 0 else None
+        if params is None or params in [g.params for g in ghosts]:
             continue
         ghosts.append(Ghost(params, GHOST_WEIGHT * score))
         told_to_fail = any(c.lesson.matches(params) for c in carried)
-        if (len(first) < MAX_FIRST and source in runnable and params not in seen
-                and not told_to_fail):
+        if len(first) < MAX_FIRST and source in runnable and params not in seen and not told_to_fail:
             first.append((params, source))
             seen.append(params)
     used = tuple(SourceUse(k.source, len(told.get(k.source, [])), sum(s == k.source for _, s in first),
@@ -169,7 +168,7 @@ def warm_start(knowledge: Sequence[Knowledge], space: Space, context: Mapping[st
 def _same_architecture(source: Mapping[str, Any], target: Mapping[str, Any]) -> bool:
     """The same engine on GPUs of the same compute capability."""
     engine, theirs = target.get("engine") or {}, source.get("engine") or {}
-    arch, their_arch = (c.get("gpus", {}).get("compute_capability") for c in (target, source))
+    arch, their_arch = ((c.get("gpus") or {}).get("compute_capability") for c in (target, source))
     return bool(engine.get("name")) and engine.get("name") == theirs.get("name") and bool(arch) and \
         str(arch) == str(their_arch)
 
