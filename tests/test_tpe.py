@@ -286,6 +286,7 @@ PRIVATE_PARTS = {
     "TPESampler.sample_independent": "d43d5d2fdaccb059",
     "TPESampler._get_params": "8b5a1702f0384b27",
     "TPESampler._build_parzen_estimator": "c69f0037cb2c9a49",
+    "TPESampler._get_internal_repr": "7a2ee7a5ed8b0184",  # warm start: ghosts of good configurations
     "TPESampler._compute_acquisition_func": "5782c0bd917ef6d8",
     "_split_trials": "b0395b33672605d3",
 }
@@ -298,5 +299,6 @@ def test_the_private_optuna_parts_the_sampler_relies_on_are_unchanged(name):
     digest = hashlib.sha256(inspect.getsource(obj).encode()).hexdigest()[:16]
     assert digest == PRIVATE_PARTS[name], f"{name} changed in optuna {optuna.__version__}"
     sampler = optuna.samplers.TPESampler()
-    for field in ("_random_sampler", "_rng", "_n_startup_trials", "_constant_liar", "_gamma", "_n_ei_candidates"):
+    for field in ("_random_sampler", "_rng", "_n_startup_trials", "_constant_liar", "_gamma", "_n_ei_candidates",
+                  "_parzen_estimator_parameters", "_parzen_estimator_cls"):
         assert hasattr(sampler, field), field

@@ -60,6 +60,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--gpus", default=None, help="GPUs the trials may use, e.g. 0-7: trials that need fewer "
                      "run in parallel on disjoint subsets")
     run.add_argument("--parallel", type=int, default=None, help="trials at once (default: as the GPUs allow)")
+    run.add_argument("--learn-from", nargs="+", default=None, metavar="SOURCE",
+                     help="earlier studies to start from: a study of this storage (its name), another storage "
+                     "(sqlite:///other.db, or URL#study), or a knowledge file (knowledge export); 'none' starts "
+                     "cold (default: the studies of this storage on the same engine and GPU)")
     change = run.add_mutually_exclusive_group()
     change.add_argument("--continue", dest="on_space_change", action="store_const", const="continue",
                         default="refuse", help="go on with a study whose space file has changed")
@@ -105,6 +109,13 @@ def _parser() -> argparse.ArgumentParser:
                          "for (default: its sglang-version, else the one whose flags take all of it)")
     upgrade.add_argument("--out", default=None, help="file to write (default: stdout)")
 
+    knowledge = sub.add_parser("knowledge", help="what a study's failures showed, for later studies "
+                               "(knowledge export: write it as a file that run --learn-from reads)")
+    knowledge_export = knowledge.add_subparsers(dest="knowledge_command", required=True).add_parser(
+        "export", help="write the values a study's failures blame, with their context, as YAML or JSON")
+    read_storage_args(knowledge_export)
+    knowledge_export.add_argument("--out", required=True, help="file to write (.json: JSON, else YAML; '-': stdout)")
+
     show = sub.add_parser("show", help="table of trials and failure breakdown")
     read_storage_args(show)
     show.add_argument("--sort", default="value", help="value, number, time, or a metric name")
@@ -132,13 +143,20 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command in READERS:
         target = choose(args.command, args.storage, getattr(args, "study", None), getattr(args, "workdir", "runs"))
         return _read(args, target)
+    if args.command == "knowledge":
+        from ._knowledge import export as export_knowledge
+
+        target = choose("knowledge export", args.storage, args.study)
+        export_knowledge(target.storage, target.study, args.out, target.notes)
+        return 0
     if args.command == "run":
         from ._run import RunOptions, run
 
         run(RunOptions(trials=args.trials, space=args.space, model=args.model, storage=args.storage,
                        study=args.study, simulate=args.simulate, sampler=args.sampler, seed=args.seed,
                        workdir=args.workdir, timeout=args.timeout, on_space_change=args.on_space_change,
-                       api_key_env=args.api_key_env, gpus=args.gpus, parallel=args.parallel))
+                       api_key_env=args.api_key_env, gpus=args.gpus, parallel=args.parallel,
+                       learn_from=tuple(args.learn_from) if args.learn_from is not None else None))
         return 0
     if args.command == "check":
         from ._run import check

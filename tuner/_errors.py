@@ -10,7 +10,8 @@ of this tree but :class:`tuner.TrialFailure`, which ends one trial and never the
     │   ├── FlagCheckError     a flag or choice the server that will be launched does not accept
     │   ├── StorageError       the storage URL is malformed or unreachable
     │   ├── StudyMismatchError the study exists with another search space
-    │   └── NoEligibleTrialError  nothing to export or confirm
+    │   ├── NoEligibleTrialError  nothing to export or confirm
+    │   └── KnowledgeError     a --learn-from source or a knowledge file that cannot be used
     └── ServerError            the server could not be driven (used inside a trial)
 """
 
@@ -52,6 +53,10 @@ class StudyMismatchError(UsageError):
 
 class NoEligibleTrialError(UsageError):
     """No trial qualifies for the requested command."""
+
+
+class KnowledgeError(UsageError):
+    """A --learn-from source (a study, a storage, a knowledge file) or a knowledge file that cannot be used."""
 
 
 class ServerError(TunerError):

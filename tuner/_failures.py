@@ -43,10 +43,27 @@ class FailureKind(str, enum.Enum):
     def is_correctness(self) -> bool:
         return self in _CORRECTNESS
 
+    @property
+    def carries(self) -> str | None:
+        """How a failure of this kind carries over to other studies (tuner/_warm.py): KERNEL ones to studies on
+        the same GPU architecture and engine version, whatever the model (a kernel that produces NaN on SM120
+        does so for every model it runs); MEMORY ones to any GPU, counted by how heavy the model is for its
+        memory; None: not carried (a timeout, an SLO, errors under load say more of the workload than of the
+        flags). A start that hung during CUDA graph capture is a kernel's failure too: `carries_trial` says so."""
+        if self in _KERNEL:
+            return KERNEL
+        return MEMORY if self == FailureKind.OOM else None
+
 
 _CORRECTNESS = frozenset(
     {FailureKind.NAN, FailureKind.WRONG_ANSWER, FailureKind.GARBAGE, FailureKind.INCONSISTENT_LOGPROBS}
 )
+
+KERNEL = "kernel"
+MEMORY = "memory"
+_KERNEL = frozenset({FailureKind.CRASH_ON_START, FailureKind.GRAPH_CAPTURE_FAILED, FailureKind.HANG, FailureKind.NAN,
+                     FailureKind.WRONG_ANSWER, FailureKind.GARBAGE, FailureKind.INCONSISTENT_LOGPROBS,
+                     FailureKind.CRASH_UNDER_LOAD})
 
 # A trial attribute of a start that timed out: where it hung, if the log says (CUDA_GRAPH_CAPTURE: between
 # the engine's capture-begin line and its end).
@@ -58,6 +75,16 @@ def failed_capturing(attrs: Mapping[str, Any]) -> bool:
     """Whether a trial's attributes say its CUDA graph capture failed: an exception, or a hang."""
     return (attrs.get("failure_kind") == FailureKind.GRAPH_CAPTURE_FAILED.value
             or attrs.get(HUNG_IN) == CUDA_GRAPH_CAPTURE)
+
+
+def carries_trial(attrs: Mapping[str, Any]) -> str | None:
+    """How a failed trial's lesson carries over (`FailureKind.carries`), from its attributes."""
+    if failed_capturing(attrs):
+        return KERNEL
+    try:
+        return FailureKind(attrs.get("failure_kind")).carries
+    except ValueError:
+        return None
 
 
 class TrialFailure(Exception):

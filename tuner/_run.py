@@ -23,6 +23,8 @@ from ._gpus import GpuProbe, MemoryBaseline, check_gpu_ids, parse_gpu_list
 from ._slots import SlotPool
 from ._progress import Progress, summary
 from ._last_run import write_last_run
+from ._learn import (Learning, best_context, gather, line as learn_line, record as record_learning, stored_context,
+                     study_exists)
 from ._redact import Redactor, redact_env, redact_url
 from ._server_version import ServerVersion, probe_version
 from ._simulate import AUTO, DEFAULT_PROFILE, choose_profile
@@ -32,6 +34,7 @@ from ._teardown import end_orphans
 from ._trial import TrialContext
 from ._version_verdict import add_verdict
 from ._which_study import target_args
+from ._warm import WarmStart, warm_start
 from ._worker import Interrupted, Surplus, TrialBudget, Worker, fail_trials_of_dead_workers
 from .engines import get_engine
 
@@ -58,6 +61,7 @@ class RunOptions:
     api_key_env: str | None = None
     gpus: str | None = None  # e.g. "0-7": run trials in parallel on disjoint subsets
     parallel: int | None = None  # trials at once (default: as many as the GPUs allow)
+    learn_from: tuple[str, ...] | None = None  # None: the studies of the storage on the same engine and GPU
 
 
 @dataclass(frozen=True)
@@ -169,13 +173,19 @@ def run(options: RunOptions, stream=sys.stderr) -> optuna.Study:
     for warning in prepared.report.warnings:
         progress.say(f"warning: {warning}")
     api_key = _api_key(options.api_key_env or spec.server.api_key_env)
-    storage = open_storage(options.storage)
     study_name = options.study or spec.name
-    study = load_or_create(storage, study_name, spec, options.sampler, options.seed, options.on_space_change)
+    gpu_probe = None if options.simulate else GpuProbe()
+    # Before the storage is opened (which creates it): a source that cannot be used leaves nothing behind.
+    warm, learning = _learn(options, prepared, study_name, gpu_probe)
+    storage = open_storage(options.storage)
+    if warm is not None:
+        progress.say(learn_line(warm, learning))
+    study = load_or_create(storage, study_name, spec, options.sampler, options.seed, options.on_space_change, warm)
+    if warm is not None:
+        record_learning(study, warm, learning)
     workdir = Path(options.workdir) / study_name
     workdir.mkdir(parents=True, exist_ok=True)
     write_last_run(options.workdir, options.storage, study_name)  # what show, export, ... read without --storage
-    gpu_probe = None if options.simulate else GpuProbe()
     ended = end_orphans(workdir, gpu_probe.holders if gpu_probe is not None else None)
     if ended:
         progress.say(f"ended {len(ended)} server(s) left running by an earlier, killed run: groups {ended}")
@@ -228,6 +238,25 @@ def run(options: RunOptions, stream=sys.stderr) -> optuna.Study:
     progress.say(summary(study, spec, dashboard=f"optuna-dashboard {shown} --artifact-dir {artifacts}",
                          where=shlex.join(target_args(options.storage, study, options.workdir))))
     return study
+
+
+def _learn(options: RunOptions, prepared: Prepared, study_name: str,
+           gpu_probe: GpuProbe | None) -> tuple[WarmStart | None, Learning]:
+    """What earlier studies tell this one (tuner/_learn.py, tuner/_warm.py); None where nothing is learnt from."""
+    spec = prepared.spec
+    gpu_ids = parse_gpu_list(options.gpus) if options.gpus else None
+    recorder = ContextRecorder(spec, prepared.profile, gpu_probe, gpu_ids, prepared.server_version)
+    stored = stored_context(options.storage, study_name)
+    context = best_context(recorder.collect(None).to_attr(), stored)
+    learning = gather(options.learn_from, options.storage, study_name, context)
+    if not learning.knowledge:
+        return None, learning
+    if not (context.get("engine") or {}).get("version") and spec.engine == "sglang":
+        # Kernel lessons carry only to the same version: ask the server's Python, once there is something to match.
+        recorder.asked_version = probe_version(prepared.command, prepared.env)
+        context = best_context(recorder.collect(None).to_attr(), stored)
+    warm = warm_start(learning.knowledge, spec.space, context)
+    return (warm.resumed() if study_exists(options.storage, study_name) else warm), learning
 
 
 def interrupted_line(marked: dict[int, str | None]) -> str:

@@ -11,6 +11,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from ._context import ATTR as CONTEXT_ATTR, describe as describe_context
 from ._errors import NoEligibleTrialError
+from ._learn import ATTR as LEARNED_ATTR, describe as describe_learning
 from ._progress import fit, format_value, table
 from ._redact import redact_url
 from ._results import certainty_lines, load_study, objective_metric, winner
@@ -69,6 +70,14 @@ def show(storage: str, study_name: str | None, sort: str = "value", failed_only:
     if study.user_attrs.get(CONTEXT_ATTR):  # what the study ran on and for, as its first trial found it
         parts.append(textwrap.fill("context: " + describe_context(study.user_attrs[CONTEXT_ATTR]), width=width,
                                    subsequent_indent="  ", break_on_hyphens=False, break_long_words=False))
+    if study.user_attrs.get(LEARNED_ATTR):  # what earlier studies told it (run --learn-from)
+        first: dict[str, list[int]] = {}
+        for t in everything:
+            if t.user_attrs.get("learned_from"):
+                first.setdefault(t.user_attrs["learned_from"], []).append(t.number)
+        parts.append(textwrap.fill("learned: " + describe_learning(study.user_attrs[LEARNED_ATTR], first),
+                                   width=width, subsequent_indent="  ", break_on_hyphens=False,
+                                   break_long_words=False))
     parts.append(failure_breakdown(everything, width))
     parts.append(_messages(trials, width))
     return "\n\n".join(p for p in parts if p)

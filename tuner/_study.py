@@ -14,9 +14,9 @@ import threading
 import time
 import warnings
 import zlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import optuna
 import sqlalchemy.dialects.postgresql
@@ -33,6 +33,9 @@ from ._redact import Redactor, redact_url
 from ._spec import Spec
 from ._tpe import CrashAwareTPE
 from .engines import get_engine
+
+if TYPE_CHECKING:
+    from ._warm import Prior, WarmStart
 
 # Heartbeats, the retry callback and metric names are marked experimental; they are what we rely on.
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -446,12 +449,13 @@ _RANDOM = _seeded_per_trial(optuna.samplers.RandomSampler)
 _GP = _seeded_per_trial(optuna.samplers.GPSampler)
 
 
-def make_sampler(name: str, seed: int | None, spec: Spec) -> optuna.samplers.BaseSampler:
+def make_sampler(name: str, seed: int | None, spec: Spec, prior: Prior | None = None) -> optuna.samplers.BaseSampler:
+    """`prior`: what earlier studies tell this one (tuner/_warm.py); only TPE takes it."""
     if name == "tpe":
         # Figures for these settings: benchmarks/search_efficiency.py (tuner/_tpe.py says what differs from
         # Optuna's TPE and why).
         return _TPE(seed=seed, space=spec.space, engine=get_engine(spec.engine), load=_load(spec),
-                    multivariate=True, constant_liar=True, n_startup_trials=6)
+                    multivariate=True, constant_liar=True, n_startup_trials=6, prior=prior)
     if name == "random":
         return _RANDOM(seed=seed)
     if name == "gp":
@@ -474,13 +478,15 @@ def _load(spec: Spec) -> int | None:
 
 
 def load_or_create(storage: optuna.storages.BaseStorage, study_name: str, spec: Spec, sampler_name: str,
-                   seed: int | None, on_space_change: str = "refuse") -> optuna.Study:
-    """The study to run, created on first use; a study made with another space is refused.
+                   seed: int | None, on_space_change: str = "refuse", warm: WarmStart | None = None) -> optuna.Study:
+    """The study to run, created on first use; a study made with another space is refused. `warm`: what earlier
+    studies tell it (the configurations to try first only when it is created).
 
     Several workers may start at once on one study: one creates it, the others get DuplicatedStudyError,
     load it, and wait until the creator has finished setting it up (baseline enqueued, space recorded).
     """
-    sampler = make_sampler(sampler_name, seed, spec)
+    sampler = make_sampler(sampler_name, seed, spec, warm.prior if warm is not None else None)
+    first = warm.first if warm is not None else ()
     pruner = _pruner(spec)
     directions = spec.objective.directions
     existing = {s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
@@ -492,14 +498,14 @@ def load_or_create(storage: optuna.storages.BaseStorage, study_name: str, spec: 
         except optuna.exceptions.DuplicatedStudyError:
             pass  # another worker created it a moment ago: load theirs
         else:
-            _initialise(study, spec, sampler_name)
+            _initialise(study, spec, sampler_name, first)
             return study
     study = optuna.load_study(study_name=study_name, storage=storage, sampler=sampler, pruner=pruner)
     digest = _wait_initialised(study, spec, sampler_name)
     if digest != space_digest(spec):
         if on_space_change == "fresh":
             optuna.delete_study(study_name=study_name, storage=storage)
-            return load_or_create(storage, study_name, spec, sampler_name, seed)
+            return load_or_create(storage, study_name, spec, sampler_name, seed, warm=warm)
         if on_space_change != "continue":
             raise StudyMismatchError(f"study {study_name!r} exists with a different search space",
                                      "pass --continue to go on with the new space, --fresh to start over, "
@@ -514,11 +520,15 @@ def load_or_create(storage: optuna.storages.BaseStorage, study_name: str, spec: 
     return study
 
 
-def _initialise(study: optuna.Study, spec: Spec, sampler_name: str) -> None:
-    """Set up a new study. `space_digest` is written last: loaders take it as 'ready'."""
+def _initialise(study: optuna.Study, spec: Spec, sampler_name: str,
+                first: Sequence[tuple[Mapping[str, Any], str]] = ()) -> None:
+    """Set up a new study. `space_digest` is written last: loaders take it as 'ready'. `first`: configurations of
+    earlier studies (tuner/_warm.py), each with where it came from, to run right after the baseline."""
     if spec.space.baseline is not None:
         # First, so that the baseline is trial 0 whichever worker asks first.
         study.enqueue_trial(dict(spec.space.baseline), user_attrs={"baseline": True}, skip_if_exists=True)
+    for point, source in first:
+        study.enqueue_trial(dict(point), user_attrs={"learned_from": source}, skip_if_exists=True)
     for point in spec.try_first:
         study.enqueue_trial(dict(point), user_attrs={"try_first": True}, skip_if_exists=True)
     study.set_user_attr("space_name", spec.name)

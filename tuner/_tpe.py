@@ -34,6 +34,10 @@ Five changes, each because plain TPE wasted server restarts on the shipped or ge
    max-running-requests, vLLM's max-num-seqs, per replica) serves at most M of them; the log of M / C is
    added to the acquisition, as the chance to run is. Not a rule: results that say otherwise can outweigh it.
 
+What earlier studies found (tuner/_warm.py, `prior`) enters the same two places: the values their failures blame
+lower P(runs | x) until a trial of this study runs them, and their best configurations join the density of good
+configurations as weighted observations ("ghosts"). Without a prior the sampler is exactly the one above.
+
 Built on TPESampler internals of Optuna 5.0.0 (pinned in pyproject.toml; tests/test_tpe.py fails when they
 change): `_sample` is TPESampler's own with the additions marked. Its densities are built from the trials whose
 server ran; whether a server runs is the run odds' to say alone (Optuna would rank failed trials among the
@@ -58,6 +62,7 @@ from ._failures import FailureKind, failed_capturing
 from ._space import Space
 
 if TYPE_CHECKING:
+    from ._warm import Prior
     from .engines import Engine
 
 _TAKEN = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
@@ -75,9 +80,12 @@ class CrashAwareTPE(optuna.samplers.TPESampler):
     startup trials near the best configuration so far."""
 
     def __init__(self, *, space: Space | None = None, engine: Engine | None = None, load: int | None = None,
-                 local_startup: bool = True, risk_aversion: float = RISK_AVERSION, **kwargs: Any) -> None:
-        """`load`: the concurrency at which a throughput objective is measured (None for any other objective)."""
+                 local_startup: bool = True, risk_aversion: float = RISK_AVERSION, prior: Prior | None = None,
+                 **kwargs: Any) -> None:
+        """`load`: the concurrency at which a throughput objective is measured (None for any other objective);
+        `prior`: what earlier studies tell this one (tuner/_warm.py)."""
         super().__init__(**kwargs)
+        self._prior = prior
         self._space = space
         self._replicas = Replicas.of(space, engine)
         self._batch_limit = BatchLimit.of(engine, load)
@@ -94,6 +102,7 @@ class CrashAwareTPE(optuna.samplers.TPESampler):
         odds = self._run_odds(study)
         center = self._incumbent(study) if self._local_startup and self._finished(study) % 2 == 1 else None
         rng = self._rng.rng
+        likeliest: tuple[float, dict[str, Any]] | None = None
         for _ in range(_TRIES):
             proposal = self._around(study, trial, search_space, center) if center else \
                 self._anywhere(study, trial, search_space)
@@ -102,9 +111,14 @@ class CrashAwareTPE(optuna.samplers.TPESampler):
             # Kept with the chance that it runs (to the power risk_aversion): a choice that failed before
             # is drawn less, not never.
             keep = np.exp(self._risk_aversion * odds.log_run(proposal, search_space) + self._log_share(proposal))
-            if self._allowed({}, proposal, taken) and rng.random_sample() < keep:
-                return proposal
-        return {}
+            if self._allowed({}, proposal, taken):
+                if rng.random_sample() < keep:
+                    return proposal
+                if likeliest is None or keep > likeliest[0]:
+                    likeliest = (keep, proposal)
+        # None kept: TPE then draws every flag at random, with no say of the odds. Told by earlier studies which
+        # values fail (they make most draws unlikely to run), the likeliest of the draws is the better guess.
+        return likeliest[1] if likeliest is not None and self._prior is not None and self._prior.lessons else {}
 
     def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
                            param_distribution: BaseDistribution) -> Any:
@@ -205,7 +219,36 @@ class CrashAwareTPE(optuna.samplers.TPESampler):
     def _run_odds(self, study: optuna.Study) -> GraphAwareOdds:
         finished = study._get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED),
                                      use_cache=True)
-        return GraphAwareOdds.learn(finished)
+        odds = GraphAwareOdds.learn(finished)
+        # Warm start: failures of earlier studies that no trial of this one has contradicted (tuner/_warm.py).
+        return odds if self._prior is None or not self._prior.lessons else self._prior.odds(odds, finished)
+
+    def _build_parzen_estimator(self, study: optuna.Study, search_space: dict[str, BaseDistribution],
+                                trials: list[FrozenTrial], handle_below: bool) -> Any:
+        """TPESampler's own, with the good configurations of earlier studies (warm start) added to the density of
+        good configurations, each at its ghost weight beside the study's own trials' weights."""
+        ghosts = self._ghosts(search_space) if handle_below and not study._is_multi_objective() else []
+        if not ghosts:
+            return super()._build_parzen_estimator(study, search_space, trials, handle_below)
+        observations = self._get_internal_repr(trials, search_space, study)
+        own = len(next(iter(observations.values()))) if observations else 0
+        weights = self._parzen_estimator_parameters.weights(own)[:own] if own else np.array([])
+        for name in search_space:
+            observations[name] = np.append(observations[name], [g[0][name] for g in ghosts])
+        weights = np.append(np.asarray(weights, dtype=float), [g[1] for g in ghosts])
+        return self._parzen_estimator_cls(observations, search_space, self._parzen_estimator_parameters, weights)
+
+    def _ghosts(self, search_space: Mapping[str, BaseDistribution]) -> list[tuple[dict[str, float], float]]:
+        """The prior's ghosts that set every flag of the search space to a value it holds, in internal form."""
+        out = []
+        for ghost in self._prior.ghosts if self._prior is not None else ():
+            try:
+                internal = {name: dist.to_internal_repr(ghost.params[name]) for name, dist in search_space.items()}
+            except (KeyError, ValueError):
+                continue
+            if all(dist._contains(internal[name]) for name, dist in search_space.items()):
+                out.append((internal, ghost.weight))
+        return out
 
     # -- known wastes ------------------------------------------------------------------------------------------
     def _taken(self, study: optuna.Study, trial: FrozenTrial) -> list[dict[str, Any]]:
@@ -313,6 +356,79 @@ _ORDERED_SHARE = {FailureKind.OOM: 0.75, FailureKind.NAN: 0.25, FailureKind.GARB
 UP, DOWN, AT = 1, -1, 0  # a blame on an ordered flag covers its value and those above, below, or it alone
 
 
+@dataclass(frozen=True)
+class Blame:
+    """A failed trial's blame on one suspect, and its share of the trial's blame (a trial's shares add up to 1).
+    A choice alone, an ordered value with the side of it that is suspect, or a pair of the two: the choice
+    together with the ordered flag beyond every value it ran with."""
+
+    weight: float
+    choice: tuple[str, Any] | None = None  # (flag, _key(value)) of an unordered flag
+    ordered: tuple[str, float, int] | None = None  # (flag, value, side) of an ordered one
+    shared: bool = False  # nothing in the trial was unproven: shared by all its values, none singled out
+
+
+@dataclass
+class Shown:
+    """What a set of trials shows to run, and the blame each failed one puts on what did not (RunOdds's rules)."""
+
+    failed: list[FrozenTrial]
+    base: float  # the overall run rate, drawn towards 1/2
+    runs: dict[tuple[str, Any], int]  # by choice: the trials that ran with it
+    ran_values: dict[str, list[float]]  # by ordered flag: its values in the trials that ran
+    ran_with: dict[tuple[tuple[str, Any], str], list[float]]  # by (choice, ordered flag): its values with the choice
+
+    @classmethod
+    def of(cls, trials: Sequence[FrozenTrial]) -> Shown:
+        """Trials refused for breaking a declared constraint are not failures of any choice."""
+        counted = [t for t in trials if t.user_attrs.get("failure_kind") != FailureKind.INVALID_CONFIG]
+        ran = [t for t in counted if _violation(t) <= 0]
+        failed = [t for t in counted if _violation(t) > 0]
+        runs: dict[tuple[str, Any], int] = {}
+        ran_values: dict[str, list[float]] = {}
+        ran_with: dict[tuple[tuple[str, Any], str], list[float]] = {}
+        for t in ran:
+            choices, values = _choices(t), _ordered(t)
+            for choice in choices:
+                runs[choice] = runs.get(choice, 0) + 1
+            for name, value in values.items():
+                ran_values.setdefault(name, []).append(value)
+                for choice in choices:
+                    ran_with.setdefault((choice, name), []).append(value)
+        return cls(failed, (len(ran) + 1) / (len(counted) + 2), runs, ran_values, ran_with)
+
+    def blames(self, t: FrozenTrial) -> list[Blame]:
+        """Where a failed trial puts its blame (RunOdds's docstring has the rules)."""
+        choices, values = _choices(t), _ordered(t)
+        weight = 1.0  # of the blame, what the rules below share out
+        out = []
+        if fixes := [(name, side) for name, side in _named_fixes(t) if name in values]:
+            # Half on the values the message calls too small (or too large) and those beyond them; half as
+            # for any other failure, over the rest (the split may need more GPUs than a fraction makes up for).
+            weight = 0.5
+            out += [Blame(weight / len(fixes), ordered=(name, values.pop(name), side)) for name, side in fixes]
+        suspects = [c for c in choices if c not in self.runs]
+        ordered_suspects = [(name, value, side) for name, value in values.items()
+                            if (side := _unproven_side(value, self.ran_values.get(name, ()))) is not None]
+        shared = False
+        if not suspects and not ordered_suspects:  # an interaction of flags that each ran elsewhere
+            # A choice that ran, but never with a value this far (an FP8 KV cache that ran at batch 64 and
+            # gives NaN at 512, where the default dtype runs): the pair is to blame, not either alone.
+            pairs = [(c, name, value, side) for c in choices for name, value in values.items()
+                     if (side := _unproven_side(value, self.ran_with.get((c, name), ()))) is not None]
+            if pairs:
+                return out + [Blame(weight / len(pairs), choice=c, ordered=(name, value, side))
+                              for c, name, value, side in pairs]
+            suspects, ordered_suspects, shared = choices, [(name, value, AT) for name, value in values.items()], True
+        share = _ORDERED_SHARE.get(t.user_attrs.get("failure_kind"), 0.5) if suspects else 1.0
+        if not ordered_suspects:
+            share = 0.0
+        out += [Blame(weight * (1.0 - share) / len(suspects), choice=c, shared=shared) for c in suspects]
+        out += [Blame(weight * share / len(ordered_suspects), ordered=(name, value, side), shared=shared)
+                for name, value, side in ordered_suspects]
+        return out
+
+
 class RunOdds:
     """P(a server runs | its flags), learned from the trials so far.
 
@@ -350,53 +466,21 @@ class RunOdds:
 
     @classmethod
     def learn(cls, trials: Sequence[FrozenTrial]) -> RunOdds:
-        counted = [t for t in trials if t.user_attrs.get("failure_kind") != FailureKind.INVALID_CONFIG]
-        ran = [t for t in counted if _violation(t) <= 0]
-        failed = [t for t in counted if _violation(t) > 0]
-        base = (len(ran) + 1) / (len(counted) + 2)
-        runs: dict[tuple[str, Any], int] = {}
-        ran_values: dict[str, list[float]] = {}
-        ran_with: dict[tuple[tuple[str, Any], str], list[float]] = {}
-        for t in ran:
-            choices, values = _choices(t), _ordered(t)
-            for choice in choices:
-                runs[choice] = runs.get(choice, 0) + 1
-            for name, value in values.items():
-                ran_values.setdefault(name, []).append(value)
-                for choice in choices:
-                    ran_with.setdefault((choice, name), []).append(value)
+        shown = Shown.of(trials)
         blame: dict[tuple[str, Any], float] = {}
         ordered_blame: dict[str, list[tuple[float, int, float]]] = {}
         pair_blame: dict[tuple[tuple[str, Any], str], list[tuple[float, int, float]]] = {}
-        for t in failed:
-            choices, values = _choices(t), _ordered(t)
-            weight = 1.0  # of the blame, what the rules below share out
-            if fixes := [(name, side) for name, side in _named_fixes(t) if name in values]:
-                # Half on the values the message calls too small (or too large) and those beyond them; half as
-                # for any other failure, over the rest (the split may need more GPUs than a fraction makes up for).
-                weight = 0.5
-                for name, side in fixes:
-                    ordered_blame.setdefault(name, []).append((values.pop(name), side, weight / len(fixes)))
-            suspects = [c for c in choices if c not in runs]
-            ordered_suspects = [(name, value, side) for name, value in values.items()
-                                if (side := _unproven_side(value, ran_values.get(name, ()))) is not None]
-            if not suspects and not ordered_suspects:  # an interaction of flags that each ran elsewhere
-                # A choice that ran, but never with a value this far (an FP8 KV cache that ran at batch 64 and
-                # gives NaN at 512, where the default dtype runs): the pair is to blame, not either alone.
-                pairs = [(c, name, value, side) for c in choices for name, value in values.items()
-                         if (side := _unproven_side(value, ran_with.get((c, name), ()))) is not None]
-                for c, name, value, side in pairs:
-                    pair_blame.setdefault((c, name), []).append((value, side, weight / len(pairs)))
-                if pairs:
-                    continue
-                suspects, ordered_suspects = choices, [(name, value, AT) for name, value in values.items()]
-            share = _ORDERED_SHARE.get(t.user_attrs.get("failure_kind"), 0.5) if suspects else 1.0
-            if not ordered_suspects:
-                share = 0.0
-            for c in suspects:
-                blame[c] = blame.get(c, 0.0) + weight * (1.0 - share) / len(suspects)
-            for name, value, side in ordered_suspects:
-                ordered_blame.setdefault(name, []).append((value, side, weight * share / len(ordered_suspects)))
+        for t in shown.failed:
+            for b in shown.blames(t):
+                if b.choice is not None and b.ordered is not None:
+                    name, value, side = b.ordered
+                    pair_blame.setdefault((b.choice, name), []).append((value, side, b.weight))
+                elif b.choice is not None:
+                    blame[b.choice] = blame.get(b.choice, 0.0) + b.weight
+                else:
+                    name, value, side = b.ordered
+                    ordered_blame.setdefault(name, []).append((value, side, b.weight))
+        runs, ran_values, ran_with, base = shown.runs, shown.ran_values, shown.ran_with, shown.base
         # A flag whose choices crashed when first tried (backends on unsupported hardware) is likely to crash
         # on the next new choice too: each flag's prior is the share of its tried choices that ever ran (a
         # choice that took part of a failure's blame counts as tried by that part).

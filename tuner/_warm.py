@@ -1,0 +1,272 @@
+"""Warm start: what earlier studies' knowledge tells a new one before its first trial, with no server needed.
+
+    warm = warm_start(knowledges, spec.space, context)   # Knowledge from tuner/_knowledge.py; context: the attr
+    sampler = make_sampler("tpe", seed, spec, prior=warm.prior)
+    _initialise(study, spec, "tpe", first=warm.first)     # the baseline, then warm.first, then try-first
+
+What carries over, and how much:
+- **Lessons** (failing values): a kernel's failure (NaN, garbage, a crash at start or at capture, a refused shape)
+  only to a study on the same GPU architecture (compute capability) and engine version, whatever the model; an
+  out-of-memory one to any GPU, counted by how heavy the model is for its memory (`memory_pressure`): in full
+  where this study's model weighs as much or more per GB of GPU memory, in proportion where it weighs less, not
+  at all below half. A carried lesson counts as KERNEL_WEIGHT (MEMORY_WEIGHT) failed trials of this study per
+  failure it took the blame of, at most MAX_WEIGHT, halving every HALF_LIFE trials this study finishes.
+- **Good configurations**: each earlier study's best ones, adapted to this space (flags it lacks dropped, values
+  snapped to its grid, the flags it adds as the baseline has them), tried right after the baseline where they come
+  from the same engine on the same GPU architecture (at most MAX_FIRST, the most similar first: `similarity`), and
+  added to TPE's density of good configurations as GHOST_WEIGHT x similarity of one trial each.
+
+Never a ban: a lesson only lowers the chance a proposal is drawn (to 1 / (1 + its weight), to TPE's power of
+risk aversion), and one trial of this study that ran with its values voids it; TPE's own trials outweigh the
+ghosts as they accumulate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from optuna.trial import FrozenTrial
+
+from ._failures import KERNEL, MEMORY, FailureKind
+from ._knowledge import GoodConfig, Knowledge, Lesson
+from ._space import Param, Space
+from ._tpe import _violation
+
+KERNEL_WEIGHT = 20.0  # failed trials of this study that one kernel failure on the same GPU and version counts as
+MEMORY_WEIGHT = 8.0  # and one out-of-memory failure of a model at least as heavy for its GPUs' memory
+MAX_WEIGHT = 20.0
+HALF_LIFE = 8  # this study's finished trials after which a carried lesson counts half as much
+MIN_PRESSURE_RATIO = 0.5  # a model less than half as heavy for its memory learns nothing from another's OOM
+GHOST_WEIGHT = 0.5  # in TPE's density of good configurations, per carried configuration, times similarity
+RANK_DECAY = 0.7  # a study's second-best configuration counts this much of its best, the third this squared
+MAX_FIRST = 3  # configurations tried right after the baseline
+MAX_TOLD = 8  # lessons per source the study's `learned` attr spells out
+
+# Bytes per parameter of quantized weights (quant_method in config.json), else the dtype's width.
+_QUANT_BYTES = {"modelopt_fp4": 0.5625, "nvfp4": 0.5625, "fp4": 0.5625, "mxfp4": 0.5625, "awq": 0.5, "gptq": 0.5,
+                "bitsandbytes": 0.5, "fp8": 1.0, "modelopt": 1.0, "fbgemm_fp8": 1.0, "compressed-tensors": 1.0}
+_DTYPE_BYTES = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}
+
+
+@dataclass(frozen=True)
+class CarriedLesson:
+    lesson: Lesson
+    weight: float  # failed trials of this study it counts as at the start
+
+
+@dataclass(frozen=True)
+class Ghost:
+    params: Mapping[str, Any]
+    weight: float  # of one trial in TPE's density of good configurations
+
+
+@dataclass(frozen=True)
+class Prior:
+    """What the sampler is told: lessons that lower the chance a proposal runs, ghosts of good configurations."""
+
+    lessons: tuple[CarriedLesson, ...] = ()
+    ghosts: tuple[Ghost, ...] = ()
+
+    def odds(self, own: Any, finished: Sequence[FrozenTrial]) -> ToldOdds:
+        """The study's own run odds (GraphAwareOdds) times what the lessons still say, given its trials so far."""
+        return ToldOdds(own, self.live(finished))
+
+    def live(self, finished: Sequence[FrozenTrial]) -> list[tuple[Lesson, float]]:
+        """Each lesson no trial of this study has contradicted, with its weight after decay. A trial that ran
+        with a lesson's values contradicts it: this study's own measurement wins."""
+        ran = [t for t in finished if _violation(t) <= 0
+               and t.user_attrs.get("failure_kind") != FailureKind.INVALID_CONFIG]
+        decay = 0.5 ** (len(finished) / HALF_LIFE)
+        return [(c.lesson, c.weight * decay) for c in self.lessons
+                if not any(c.lesson.matches(t.params) for t in ran)]
+
+
+class ToldOdds:
+    """P(runs | flags): the study's own odds, times what the lessons it has not contradicted still say."""
+
+    def __init__(self, own: Any, live: Sequence[tuple[Lesson, float]]) -> None:
+        self._own = own
+        self._live = live
+
+    def log_run(self, params: Mapping[str, Any], search_space: Mapping[str, Any]) -> float:
+        """The own odds plus the strongest lesson that matches: log 1 / (1 + weight)."""
+        told = min((-math.log1p(w) for lesson, w in self._live if lesson.matches(params)), default=0.0)
+        return self._own.log_run(params, search_space) + told
+
+
+@dataclass(frozen=True)
+class SourceUse:
+    """What one source gave this study: for the run's line, the study's `learned` attr and `show`."""
+
+    source: str
+    lessons: int  # carried (their flags in this space, their context matching)
+    first: int  # configurations tried right after the baseline
+    similarity: float | None  # of a study's context to this one's; None for a file
+    told: tuple[str, ...] = ()  # the carried lessons as they read, strongest first
+
+
+@dataclass(frozen=True)
+class WarmStart:
+    first: tuple[tuple[dict[str, Any], str], ...]  # (configuration, its source), to run after the baseline
+    prior: Prior
+    used: tuple[SourceUse, ...]
+
+    def to_attr(self) -> dict[str, Any]:
+        return {"sources": [{"source": u.source, "lessons": u.lessons, "first": u.first,
+                             **({"similarity": round(u.similarity, 2)} if u.similarity is not None else {}),
+                             **({"told": list(u.told[:MAX_TOLD])} if u.told else {})}
+                            for u in self.used]}
+
+    def resumed(self) -> WarmStart:
+        """For a study that exists: its first trials are behind it, only the prior applies."""
+        return WarmStart((), self.prior, tuple(replace(u, first=0) for u in self.used))
+
+
+def warm_start(knowledge: Sequence[Knowledge], space: Space, context: Mapping[str, Any]) -> WarmStart:
+    """What the knowledge tells a study of `space` in `context` (the context attr: engine, gpus, model,
+    workload; tuner/_context.py)."""
+    carried: list[CarriedLesson] = []
+    told: dict[str, list[CarriedLesson]] = {}
+    for k in knowledge:
+        for lesson in k.lessons:
+            weight = lesson_weight(lesson, context)
+            if weight > 0 and all(name in space.params for name in lesson.values):
+                carried.append(CarriedLesson(lesson, weight))
+                told.setdefault(k.source, []).append(carried[-1])
+    candidates: list[tuple[float, GoodConfig, str]] = []
+    similar: dict[str, float] = {}
+    runnable: set[str] = set()  # sources whose configurations may run first: a kernel another GPU lacks would crash
+    for k in knowledge:
+        if k.good:
+            similar[k.source] = similarity(k.context, context)
+            if _same_architecture(k.context, context):
+                runnable.add(k.source)
+            candidates += [(similar[k.source] * RANK_DECAY ** g.rank, g, k.source) for g in k.good]
+    candidates.sort(key=lambda c: -c[0])
+    first: list[tuple[dict[str, Any], str]] = []
+    ghosts: list[Ghost] = []
+    seen = [dict(space.baseline)] if space.baseline is not None else []
+    for score, good, source in candidates:
+        params = adapt(good.params, space) if score > 0 else None
+        if params is None or params in [g.params for g in ghosts]:
+            continue
+        ghosts.append(Ghost(params, GHOST_WEIGHT * score))
+        told_to_fail = any(c.lesson.matches(params) for c in carried)
+        if len(first) < MAX_FIRST and source in runnable and params not in seen and not told_to_fail:
+            first.append((params, source))
+            seen.append(params)
+    used = tuple(SourceUse(k.source, len(told.get(k.source, [])), sum(s == k.source for _, s in first),
+                           similar.get(k.source), tuple(c.lesson.reads() for c in sorted(
+                               told.get(k.source, []), key=lambda c: -c.weight)))
+                 for k in knowledge)
+    return WarmStart(tuple(first), Prior(tuple(carried), tuple(ghosts)), used)
+
+
+def _same_architecture(source: Mapping[str, Any], target: Mapping[str, Any]) -> bool:
+    """The same engine on GPUs of the same compute capability."""
+    engine, theirs = target.get("engine") or {}, source.get("engine") or {}
+    arch, their_arch = ((c.get("gpus") or {}).get("compute_capability") for c in (target, source))
+    return bool(engine.get("name")) and engine.get("name") == theirs.get("name") and bool(arch) and \
+        str(arch) == str(their_arch)
+
+
+def lesson_weight(lesson: Lesson, context: Mapping[str, Any]) -> float:
+    """Failed trials of this study that the lesson counts as at its start; 0 where it does not carry."""
+    source = lesson.context
+    engine, their_engine = context.get("engine") or {}, source.get("engine") or {}
+    if not engine.get("name") or engine.get("name") != their_engine.get("name"):
+        return 0.0
+    if lesson.carries == KERNEL:
+        same = _same_architecture(source, context) and engine.get("version") \
+            and engine.get("version") == their_engine.get("version")
+        return min(MAX_WEIGHT, KERNEL_WEIGHT * lesson.blame) if same else 0.0
+    if lesson.carries == MEMORY:
+        ours, theirs = memory_pressure(context), memory_pressure(source)
+        if ours is None or theirs is None or ours < MIN_PRESSURE_RATIO * theirs:
+            return 0.0
+        return min(MAX_WEIGHT, MEMORY_WEIGHT * lesson.blame * min(1.0, ours / theirs))
+    return 0.0
+
+
+def memory_pressure(context: Mapping[str, Any]) -> float | None:
+    """The model's weights over all its GPUs' memory (GB per GB): what an out-of-memory failure scales with."""
+    model, gpus = context.get("model") or {}, context.get("gpus") or {}
+    params, count, memory = model.get("params_b"), gpus.get("count"), gpus.get("memory_gb")
+    if not (params and count and memory):
+        return None
+    width = _QUANT_BYTES.get(str(model.get("quantization") or "").lower()) or _DTYPE_BYTES.get(
+        str(model.get("dtype") or ""), 2.0)
+    return params * width / (count * memory)
+
+
+def similarity(source: Mapping[str, Any], target: Mapping[str, Any]) -> float:
+    """How alike two contexts are for a configuration to carry, in [0, 1]: 0 across engines; then a factor each
+    for the engine version (0.7 when it differs), the GPUs (same name and count 1, same compute capability 0.6,
+    else 0.3), the model (another architecture 0.6, times the fourth root of the smaller size over the larger)
+    and the objective (another metric or direction 0.3)."""
+    engine, theirs = target.get("engine") or {}, source.get("engine") or {}
+    if not engine.get("name") or engine.get("name") != theirs.get("name"):
+        return 0.0
+    score = 1.0 if engine.get("version") and engine.get("version") == theirs.get("version") else 0.7
+    gpus, their_gpus = target.get("gpus") or {}, source.get("gpus") or {}
+    if gpus.get("name") and (gpus.get("name"), gpus.get("count")) == (their_gpus.get("name"), their_gpus.get("count")):
+        score *= 1.0
+    elif gpus.get("compute_capability") and gpus.get("compute_capability") == their_gpus.get("compute_capability"):
+        score *= 0.6
+    else:
+        score *= 0.3
+    model, their_model = target.get("model") or {}, source.get("model") or {}
+    if not model.get("architecture") or model.get("architecture") != their_model.get("architecture"):
+        score *= 0.6
+    sizes = model.get("params_b"), their_model.get("params_b")
+    if all(isinstance(s, (int, float)) and s > 0 for s in sizes):
+        score *= (min(sizes) / max(sizes)) ** 0.25
+    work, their_work = target.get("workload") or {}, source.get("workload") or {}
+    if (work.get("metric"), work.get("direction")) != (their_work.get("metric"), their_work.get("direction")):
+        score *= 0.3
+    return score
+
+
+_UNSET = object()
+
+
+def adapt(params: Mapping[str, Any], space: Space) -> dict[str, Any] | None:
+    """A configuration of another space in this one: flags this space lacks dropped, values snapped to its grid
+    or range, the flags it adds (or whose value it cannot take) as its baseline has them, else their first value.
+    None where the result breaks one of its constraints."""
+    fallback = space.baseline or {}
+    out: dict[str, Any] = {}
+    for name in space.order:
+        p = space.params[name]
+        if not p.sampled or not space.active(p, out):
+            continue
+        value = _snap(p, params[name]) if name in params else _UNSET
+        if value is _UNSET:
+            value = fallback[name] if name in fallback and p.contains(fallback[name]) else p.grid()[0]
+        out[name] = value
+    return None if space.violations(out) else out
+
+
+def _snap(p: Param, value: Any) -> Any:
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if p.type == "bool":
+        return value if isinstance(value, bool) else _UNSET
+    if p.type == "categorical":
+        if any(c is value or (c == value and type(c) is type(value)) for c in p.choices):
+            return value
+        numeric = [c for c in p.choices if isinstance(c, (int, float)) and not isinstance(c, bool)]
+        if number and len(numeric) == len(p.choices):
+            return min(numeric, key=lambda c: (abs(c - value), c))
+        return _UNSET
+    if not number:
+        return _UNSET
+    value = min(max(value, p.low), p.high)
+    if p.step:
+        steps = min(round((value - p.low) / p.step), math.floor((p.high - p.low) / p.step + 1e-9))
+        value = p.low + steps * p.step
+    if p.type == "int":
+        return int(round(value))
+    return p.tidy(float(value))
