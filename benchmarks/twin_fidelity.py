@@ -1,13 +1,15 @@
 """How far the simulator's twin of a real GPU can be trusted: its predictions against a real study's trials.
 
     python benchmarks/twin_fidelity.py --db docs/gpu-sglang-0517/trials.db \
-        --profile sglang-0.5.17-h100-llama3-8b [--held-out 11-] [--calibration 0-10]
+        --profile sglang-0.5.17-h100-llama3-8b [--calibration 0-18] [--held-out 19-]
 
 For every trial of the real study in a range, the simulator predicts the same configuration without starting a
 server (`tuner.sim.predict`: the simulated server's own scheduler and physics on a virtual clock, with the
 study's workload) and the two are set side by side. The held-out range is the test: the profile must not have
 been calibrated on it. `--calibration` prints the same figures for the trials the profile was fitted to
-(in-sample), so that one sees how much of the fit is fitting.
+(in-sample), so that one sees how much of the fit is fitting. The defaults are the H100 twin's sets: it was
+calibrated on trials 0-18 of the first real study; trials 19 and up (every probe measured to its end) are held
+out.
 
 What is compared, per trial:
 - outcome: the real failure kind (or ok, or stopped by the pruner) against the predicted one. A predicted start
@@ -401,15 +403,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--db", required=True, type=Path, help="a real study's trials.db")
     parser.add_argument("--profile", required=True, help="a shipped simulator profile, or a profile file")
     parser.add_argument("--study", help="the study's name, where the file holds several")
-    parser.add_argument("--held-out", default="11-", help="trials the profile was not calibrated on (default 11-)")
-    parser.add_argument("--calibration", help="also print the in-sample figures for these trials (e.g. 0-10)")
+    parser.add_argument("--held-out", default="19-", help="trials the profile was not calibrated on (default 19-)")
+    parser.add_argument("--calibration", default="0-18",
+                        help="trials the profile was fitted to: their in-sample figures come first (default 0-18)")
     args = parser.parse_args(argv)
     try:
         from tuner._errors import UsageError
         from tuner.sim import ProfileError, load_profile
 
         held_out = parse_range(args.held_out, "--held-out")
-        calibration = parse_range(args.calibration, "--calibration") if args.calibration else None
+        calibration = parse_range(args.calibration, "--calibration")
         try:
             profile = load_profile(args.profile)
         except ProfileError as exc:
@@ -433,15 +436,13 @@ def main(argv: list[str] | None = None) -> int:
           f"({work.input_source}), {work.output_len} output; objective {spec.objective.metric}")
     print(f"startup timeout {spec.server.startup_timeout:g} s (the space's): a longer predicted start is a "
           "predicted startup_timeout")
-    if calibration is not None:
-        rows = compare(trials, calibration, spec, profile, work)
-        report(f"calibration set, in-sample: trials {args.calibration}", rows)
-    rows = compare(trials, held_out, spec, profile, work)
-    if rows:
-        report(f"held-out set: trials {args.held_out}", rows)
-    else:
-        print(f"\n== held-out set: trials {args.held_out} ==\nno trial of the study is in this range yet: "
-              "nothing held out to measure")
+    for title, span in ((f"calibration set, in-sample: trials {args.calibration}", calibration),
+                        (f"held-out set: trials {args.held_out}", held_out)):
+        rows = compare(trials, span, spec, profile, work)
+        if rows:
+            report(title, rows)
+        else:
+            print(f"\n== {title} ==\nno trial of the study is in this range yet: nothing to measure")
     return 0
 
 

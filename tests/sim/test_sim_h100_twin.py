@@ -1,5 +1,5 @@
 """The simulator's twin of the first real study (tuner/sim/profiles/sglang-0.5.17-h100-llama3-8b.yaml): the
-mechanisms that study showed, held to the figures it measured (docs/gpu-sglang-0517/trials.db, trials 0-10)."""
+mechanisms that study showed, held to the figures it measured (docs/gpu-sglang-0517/trials.db, trials 0-18)."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def test_prefill_graphs_cost_start_up_and_memory():
 
 
 def test_graphs_speed_decode_not_long_prefills():
-    """Eager decode at batch 128 is slower than a replayed graph (trials 5 and 9); an eager prefill of 8192
+    """Eager decode at batch 128 is slower than a replayed graph (trials 5, 9, 13, 17); an eager prefill of 8192
     tokens hides its launches behind its kernels, so prefill graphs change little at these chunk sizes."""
     profile = load_profile(H100)
     graphs = predict(profile, [], **WAVES)
@@ -53,6 +53,20 @@ def test_graphs_speed_decode_not_long_prefills():
     short = dict(concurrency=1, input_len=16, output_len=1, num_requests=50)  # launch-bound prefills
     assert predict(profile, ["--cuda-graph-backend-prefill", "disabled"], **short).ttft_s > \
         predict(profile, [], **short).ttft_s
+
+
+def test_torch_native_runs_attention_one_sequence_at_a_time():
+    """0.5.17's torch_native loops over the batch's sequences (trials 12 and 15: about 100 tok/s where the
+    pruner stopped them, 0.8-0.9 s a decode step at batch 128): its cost follows the number of sequences, not
+    their context, so short prompts do not save it. flashinfer's decode streams weights and KV instead."""
+    profile = load_profile(H100)
+    native = ["--attention-backend", "torch_native"]
+    assert predict(profile, native, **WAVES).output_tok_s < predict(profile, [], **WAVES).output_tok_s / 15
+    short = dict(concurrency=128, input_len=16, output_len=128, num_requests=128)
+    native_short, flash_short = predict(profile, native, **short), predict(profile, [], **short)
+    assert native_short.itl_s > 0.4 > 0.02 > flash_short.itl_s
+    one = dict(concurrency=1, input_len=16, output_len=128, num_requests=1)
+    assert predict(profile, native, **one).itl_s < native_short.itl_s / 10  # one sequence: one pass of the loop
 
 
 def test_failures_of_the_real_study():

@@ -219,7 +219,8 @@ class Scheduler:
         if need_gb > self.memory.avail_after_capture_gb:
             raise Crash("oom", _torch_oom(need_gb, self.memory.total_gb, self.memory.avail_after_capture_gb),
                         where="prefill")
-        duration = self.perf.prefill_s(new_tokens, attn_ctx, len(decode), self.ctx_sum if decode else 0)
+        duration = self.perf.prefill_s(new_tokens, attn_ctx, len(decode), self.ctx_sum if decode else 0,
+                                       seqs=len(chunks))
         if self.log is not None:
             cached = sum(r.cached for r, _, off in chunks if off == r.cached and r.cached)
             self.log(f"Prefill batch, #new-seq: {len(chunks)}, #new-token: {new_tokens}, #cached-token: {cached}, "

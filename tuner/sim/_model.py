@@ -211,6 +211,9 @@ class PerfModel:
         self.attn_flops = model.attn_flops_per_token_ctx / (tp * pp)
         self.attn_speed_decode = perf.attention_backends.get(knobs.decode_backend, 1.0)
         self.attn_speed_prefill = perf.attention_backends.get(knobs.prefill_backend, 1.0)
+        layer_s = model.layers / pp * 1e-6
+        self.attn_seq_decode_s = perf.attention_seq_us.get(knobs.decode_backend, 0.0) * layer_s
+        self.attn_seq_prefill_s = perf.attention_seq_us.get(knobs.prefill_backend, 0.0) * layer_s
         self.moe_speed = perf.moe_efficiency * perf.moe_runner_backends.get(knobs.moe_runner, 1.0)
         # Expert GEMMs on slices of experts (moe_tp = tp / ep ranks each) are thinner than on whole experts.
         self.moe_speed *= perf.moe_slice_efficiency ** math.log2(max(1, tp // self.ep))
@@ -299,14 +302,16 @@ class PerfModel:
             t_launch = hw.graph_replay_us * 1e-6 + kernels * hw.graph_node_us * 1e-6
         else:
             t_launch = kernels * hw.kernel_launch_us * 1e-6
-        gpu = max(t_weights + t_kv, t_compute) + self._comm_s(tokens, in_graph) + t_launch
+        t_loop = batch / max(1, knobs.attn_dp) * self.attn_seq_decode_s
+        gpu = max(t_weights + t_kv, t_compute) + self._comm_s(tokens, in_graph) + t_launch + t_loop
         cpu = self._cpu_s(batch)
         step = max(gpu, cpu) if knobs.overlap_schedule else gpu + cpu
         return step * self.factor, in_graph
 
-    def prefill_s(self, new_tokens: int, attn_ctx_sum: float, decode_batch: int = 0, decode_ctx_sum: int = 0) -> float:
-        """One prefill forward: `new_tokens` prompt tokens (attending to `attn_ctx_sum` context tokens in all),
-        plus `decode_batch` decode tokens riding along when mixed chunking is on."""
+    def prefill_s(self, new_tokens: int, attn_ctx_sum: float, decode_batch: int = 0, decode_ctx_sum: int = 0,
+                  seqs: int = 1) -> float:
+        """One prefill forward: `new_tokens` prompt tokens of `seqs` requests (attending to `attn_ctx_sum`
+        context tokens in all), plus `decode_batch` decode tokens riding along when mixed chunking is on."""
         if self.instant:
             return 0.0
         hw, perf, knobs = self.profile.hardware, self.profile.performance, self.knobs
@@ -328,7 +333,8 @@ class PerfModel:
         else:
             # Eager launches run ahead of the GPU: a prefill's kernels are long enough to hide them.
             work = max(work, kernels * hw.kernel_launch_us * 1e-6)
-        gpu = work + self._comm_s(tokens, False) + perf.prefill_base_ms * 1e-3
+        t_loop = (seqs + decode_batch) / max(1, knobs.attn_dp) * self.attn_seq_prefill_s
+        gpu = work + self._comm_s(tokens, False) + perf.prefill_base_ms * 1e-3 + t_loop
         cpu = self._cpu_s(decode_batch + 1)
         step = max(gpu, cpu) if knobs.overlap_schedule else gpu + cpu
         return step * self.factor

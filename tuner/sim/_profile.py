@@ -107,6 +107,9 @@ class Performance:
     mfu_decode: float = 0.45
     mfu_prefill: float = 0.6
     attention_backends: dict[str, float] = field(default_factory=dict)  # relative kernel speed, 1.0 = reference
+    # Host time per sequence and layer of a backend that runs attention one sequence at a time (a Python loop,
+    # in decode and prefill alike): the GPU waits for it, however few tokens the sequence brings.
+    attention_seq_us: dict[str, float] = field(default_factory=dict)
     moe_runner_backends: dict[str, float] = field(default_factory=dict)
     gemm_backends: dict[str, float] = field(default_factory=dict)  # --fp4/--fp8-gemm-backend speed
     torch_compile_kernel_factor: float = 0.7  # fewer kernels (fusion) below torch_compile_max_bs
