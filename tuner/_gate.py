@@ -228,8 +228,9 @@ def _tie_margin(client: httpx.Client, engine: Engine, prompt: str, completion: C
                 prefill: tuple[float | None, ...] | None, stage: str, timeouts: _Timeouts) -> float | None:
     """This server's prefill logprob of its own token at `at` minus that of the baseline's token `theirs`, in
     the same context. Kernels that round differently decide a near-tie either way (real bf16 kernels on an
-    H100: triton and flashinfer left each other at the 4th token of 16); a wrong kernel scores the baseline's
-    token far below its own, or its own far below the baseline's (a decode-position error)."""
+    H100: triton and torch_native left flashinfer's output on every prompt, by at most 0.19); a kernel that
+    computes other numbers altogether scores the baseline's token far below its own. A decode-position error
+    can stay within the tie (sglang-jax's did): the decode vs re-prefill check is what catches it."""
     context = completion.token_ids[:at]
 
     def scored(token: int) -> float | None:
