@@ -13,6 +13,7 @@ from pathlib import Path
 import optuna
 import pytest
 
+from sim.simproc import SimFactory
 from tuner._procs import remains as remains_of
 
 REPO = Path(__file__).resolve().parent.parent
@@ -109,3 +110,13 @@ def tuner(tmp_path: Path):
         yield t
     finally:
         t.end_leftovers()
+
+
+@pytest.fixture
+def start_sim(tmp_path: Path):
+    """Starts simulators (tests/sim/simproc.py) and always kills their process groups afterwards."""
+    factory = SimFactory(tmp_path)
+    try:
+        yield factory
+    finally:
+        factory.cleanup()

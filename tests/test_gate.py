@@ -16,7 +16,6 @@ from tuner._spec import GatePrompt, GateSpec
 from tuner.engines import SGLang
 from tuner.sim._profile import PROFILE_DIR
 
-from sim.simproc import SimFactory
 
 PROMPTS = tuple(GatePrompt(p) for p in (
     "Write a few sentences about rivers and the cities along them.",
@@ -26,15 +25,6 @@ PROMPTS = tuple(GatePrompt(p) for p in (
 ))
 SPEC = GateSpec(prompts=PROMPTS, max_new_tokens=16,
                 checks=("finite-logprobs", "determinism", "baseline-agreement", "logprob-consistency"))
-
-
-@pytest.fixture
-def start_sim(tmp_path: Path):
-    factory = SimFactory(tmp_path)
-    try:
-        yield factory
-    finally:
-        factory.cleanup()
 
 
 def _profile(tmp_path: Path, effect: str, value: float | None = None) -> str:

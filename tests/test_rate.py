@@ -10,7 +10,6 @@ import pytest
 from optuna_dashboard._note import get_note_from_system_attrs
 
 from conftest import REPO, instant_space
-from sim.simproc import SimFactory
 from test_bad_input import assert_refused
 from tuner._arrivals import send_offsets
 from tuner._failures import TrialFailure
@@ -24,15 +23,6 @@ from tuner.engines import get_engine
 
 def get_note(study, trial) -> str:
     return get_note_from_system_attrs(study._storage.get_study_system_attrs(study._study_id), trial._trial_id)["body"]
-
-
-@pytest.fixture
-def sim(tmp_path):
-    factory = SimFactory(tmp_path)
-    try:
-        yield factory
-    finally:
-        factory.cleanup()
 
 
 def test_arrivals_are_seeded_and_offer_the_rate_asked_for():
@@ -95,10 +85,10 @@ def _probe(url: str, spec: ProbeSpec, **kw):
     return run_probe(url, {}, get_engine("sglang"), spec, alive=lambda: None, **kw)
 
 
-def test_open_loop_level_times_from_the_scheduled_send(sim):
+def test_open_loop_level_times_from_the_scheduled_send(start_sim):
     """A cap of one request in flight at a rate the delayed server cannot keep: the client sends on time
     (small lateness), but later requests wait for the cap, and that wait is in their TTFT."""
-    server = sim(faults="response_delay=0.1")
+    server = start_sim(faults="response_delay=0.1")
     spec = ProbeSpec(concurrency=(1,), requests=12, input_len=8, output_len=4, warmup=0, check_tokens=0,
                      rates=(40.0,), max_in_flight=1, request_timeout=10, max_send_lateness=0.05)
     found = _probe(server.url, spec, rate_search=None)
@@ -110,8 +100,8 @@ def test_open_loop_level_times_from_the_scheduled_send(sim):
     assert "steady_output_throughput" in level.as_dict() and level.as_dict()["rate"] == 40.0
 
 
-def test_a_client_that_cannot_keep_the_rate_fails_as_the_clients_problem(sim):
-    server = sim()
+def test_a_client_that_cannot_keep_the_rate_fails_as_the_clients_problem(start_sim):
+    server = start_sim()
     spec = ProbeSpec(concurrency=(1,), requests=200, input_len=8, output_len=4, warmup=0, check_tokens=0,
                      rates=(100_000.0,), request_timeout=10, max_send_lateness=1e-6)
     with pytest.raises(TrialFailure) as caught:
