@@ -35,7 +35,7 @@ Targets (issue 36), judged on the medians over every (family, target model, seed
 - crash/NaN share in the first 10 trials, warm from one study <= 1/3 of cold's;
 - negative transfer (both kinds together) no worse than cold on the same targets by more than 10%.
 
-`--quick` (the first test family, its first model as the only target, one seed, 12 trials, a cheaper optimum)
+`--quick` (the first training family, its first model as the only target, one seed, 12 trials, a cheaper optimum)
 is the smoke run tests/test_bench_transfer.py parses.
 """
 
@@ -369,7 +369,7 @@ def report(families: Sequence[Family], runs: Sequence[Run], trials: int) -> bool
     print(f"  restarts to 98%, warm from 1 <= {WITHIN_COLD:g} x cold: {_median(warm1, trials)} vs "
           f"{_median(cold, trials)} = {ratio:.2f} -> {'met' if met[-1] else 'MISSED'}")
     c_cold, c_warm = _share(main["cold"]), _share(main["warm from 1"])
-    ratio = c_warm / c_cold if c_cold else 0.0
+    ratio = c_warm / c_cold if c_cold else 0.0 if not c_warm else float("inf")
     met.append(c_warm <= CRASH_SHARE * c_cold)
     print(f"  crash/NaN in first {WARMUP}, warm from 1 <= 1/3 x cold: {c_warm:.1%} vs {c_cold:.1%} = {ratio:.2f} -> "
           f"{'met' if met[-1] else 'MISSED'}")
@@ -396,9 +396,10 @@ def family_seeds(which: str) -> range:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--families", default="test", metavar="SET",
+    parser.add_argument("--families", default=None, metavar="SET",
                         help=f"train ({TRAIN_FAMILIES[0]}-{TRAIN_FAMILIES[-1]}: to choose constants on), test "
-                             f"({TEST_FAMILIES[0]}-{TEST_FAMILIES[-1]}: to report on), or FIRST-LAST")
+                             f"({TEST_FAMILIES[0]}-{TEST_FAMILIES[-1]}: to report on; the default), or FIRST-LAST "
+                             "(--quick: train)")
     parser.add_argument("--family-count", type=int, default=None, metavar="N", help="at most N families of the set")
     parser.add_argument("--seeds", type=int, default=4, help="sampler seeds per target (default 4)")
     parser.add_argument("--trials", type=int, default=40, help="trials per study (default 40)")
@@ -412,7 +413,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if value is not None and value < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1, got {value}")
     try:
-        seeds = list(family_seeds(args.families))
+        seeds = list(family_seeds(args.families or ("train" if args.quick else "test")))
     except ValueError as e:
         parser.error(str(e))
     if args.quick:
