@@ -46,7 +46,8 @@ def test_quick_mode_prints_consistent_tables_and_verdicts() -> None:
     assert rows["other GPU"].split()[2] == "1"  # one warm run from another GPU, judged against its cold run
 
     targets = TARGET.findall(out)
-    assert len(targets) == 3, out
+    judged = len(re.findall(r"^  \S.* -> (?:met|MISSED)$", out, re.M))
+    assert len(targets) == judged >= 3, out  # warm from 1 twice, then each kind of negative transfer that ran
     for limit, warm, cold, ratio, verdict in targets:
         limit = 1 / 3 if limit == "1/3" else float(limit)
         if _number(cold) > 0:
@@ -54,7 +55,7 @@ def test_quick_mode_prints_consistent_tables_and_verdicts() -> None:
         assert (verdict == "met") == (float(ratio) <= limit + 1e-9 or _number(warm) <= limit * _number(cold)), \
             (limit, warm, cold, ratio, verdict)
     met = sum(t[-1] == "met" for t in targets)
-    assert f"verdict: {met}/3 targets met" in out
+    assert f"verdict: {met}/{len(targets)} targets met" in out
 
 
 def test_a_bad_family_range_is_one_line_naming_the_fix() -> None:
