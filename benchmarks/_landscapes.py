@@ -19,6 +19,10 @@
   obvious first deployment fails gets a random valid point that runs, else the seed draws again); a landscape
   where none of 24 random points beats the baseline by 5% draws again too (nothing to search for).
 
+`make_landscape(seed, host=Host(gpu, tables), model=family)` draws a landscape of a *family* (benchmarks/transfer.py):
+the GPU and model are given, and each backend's speed and health come from its own generator seeded by `tables`
+(one engine version's kernels on that GPU), so landscapes of one host share them whatever their model.
+
 `write_landscape(seed)` writes `<name>.profile.yaml` and `<name>.space.yaml` under .cache/landscapes/ (read by
 tuner.sim._profile.load_profile and tuner._spec.load_spec like the shipped files).
 """
@@ -136,6 +140,15 @@ MESSAGES = {
 POWERS = (1, 2, 4, 8)
 
 
+@dataclasses.dataclass(frozen=True)
+class Host:
+    """What landscapes of one family share: the GPU, and one engine version's backend speed and health tables
+    (`tables` seeds each backend's draws, so they do not depend on which model is served)."""
+
+    gpu: Gpu
+    tables: str
+
+
 # -- drawing ------------------------------------------------------------------------------------------------
 
 def _pick(rng: random.Random, table: tuple | list) -> Any:
@@ -151,10 +164,12 @@ def _weighted(rng: random.Random, draws: tuple[tuple[str, float], ...]) -> str:
     return draws[-1][0]
 
 
-def _hardware_and_model(rng: random.Random) -> tuple[Gpu, Family, str, int, int]:
-    """A GPU, a model, its weight dtype, the GPUs it needs at least, and the host's GPU count."""
-    while True:
-        gpu, family = _pick(rng, GPUS), _pick(rng, FAMILIES)
+def _hardware_and_model(rng: random.Random, host_gpu: Gpu | None = None,
+                        model: Family | None = None) -> tuple[Gpu, Family, str, int, int]:
+    """A GPU, a model, its weight dtype, the GPUs it needs at least, and the host's GPU count (the GPU and the
+    model drawn unless given)."""
+    for _ in range(1000):
+        gpu, family = host_gpu or _pick(rng, GPUS), model or _pick(rng, FAMILIES)
         dtypes = [d for d, (_, compute, sm) in DTYPES.items() if gpu.sm >= sm and compute in gpu.tflops]
         if family.params_b < 20:
             dtypes = [d for d in dtypes if d != "fp4"]  # nobody ships a small model in fp4
@@ -165,6 +180,16 @@ def _hardware_and_model(rng: random.Random) -> tuple[Gpu, Family, str, int, int]
             continue
         counts = [n for n in POWERS if need <= n <= need * 4]
         return gpu, family, dtype, need, _pick(rng, counts)
+    raise ValueError(f"{model.name if model else 'no model'} fits on no count of {host_gpu.name if host_gpu else 'GPU'}s")
+
+
+def fits(gpu: Gpu, model: Family) -> bool:
+    """Whether some weight dtype of the model fits on at most 8 of these GPUs."""
+    try:
+        _hardware_and_model(random.Random(0), gpu, model)
+    except ValueError:
+        return False
+    return True
 
 
 def _kv_bytes(family: Family) -> dict[str, float]:
@@ -215,13 +240,19 @@ def _health_rule(rng: random.Random, when: dict[str, Any], what: str) -> dict[st
     return rule
 
 
-def _backends(rng: random.Random, gpu: Gpu, family: Family) -> tuple[dict, dict, list[dict], list[str], list[str]]:
-    """Speed tables, health rules, and the backends a space offers (some of which this hardware refuses)."""
+def _backends(rng: random.Random, gpu: Gpu, family: Family,
+              tables: str | None = None) -> tuple[dict, dict, list[dict], list[str], list[str]]:
+    """Speed tables, health rules, and the backends a space offers (some of which this hardware refuses). With
+    `tables`, each backend's speed and health come from a generator of its own (Host), else from `rng`."""
+    def draws(name: str) -> random.Random:
+        return rng if tables is None else random.Random(f"{tables}-{name}")
+
     attention, moe_runners, health = {}, {}, []
     offered_attn, offered_moe = [], []
     kind = family.attention
     for name, (speed, sms, kinds) in ATTENTION.items():
-        attention[name] = round(speed * math.exp(rng.gauss(0.0, 0.2)), 3)
+        r = draws(name)
+        attention[name] = round(speed * math.exp(r.gauss(0.0, 0.2)), 3)
         if kind not in kinds:
             health.append({"when": {"decode_backend": name}, "effect": "crash_on_start",
                            "message": f"AssertionError: {name} does not support {kind.upper()} attention"})
@@ -230,26 +261,28 @@ def _backends(rng: random.Random, gpu: Gpu, family: Family) -> tuple[dict, dict,
                            "message": f"RuntimeError: {name} has no kernels for SM{gpu.sm}"})
         else:
             offered_attn.append(name)
-            rule = _health_rule(rng, {"decode_backend": name}, name)
+            rule = _health_rule(r, {"decode_backend": name}, name)
             if rule:
                 health.append(rule)
     # A backend that runs badly with an FP8 KV cache or under torch.compile: interactions, not single flags.
     for extra in ({"kv_dtype": "fp8_e4m3"}, {"torch_compile": True}):
-        if rng.random() < 0.5:
-            name = _pick(rng, offered_attn)
-            rule = _health_rule(rng, {"decode_backend": name, **extra}, name)
+        r = draws(str(extra))
+        if r.random() < 0.5:
+            name = _pick(r, offered_attn)
+            rule = _health_rule(r, {"decode_backend": name, **extra}, name)
             if rule:
                 health.append(rule)
     if family.moe:
         for name, (speed, sms) in MOE_RUNNERS.items():
-            moe_runners[name] = round(speed * math.exp(rng.gauss(0.0, 0.2)), 3)
+            r = draws(f"moe-{name}")
+            moe_runners[name] = round(speed * math.exp(r.gauss(0.0, 0.2)), 3)
             if gpu.sm not in sms:
                 health.append({"when": {"moe_runner": name}, "effect": "crash_on_start",
                                "message": f"RuntimeError: MoE runner {name} is not supported on SM{gpu.sm}"})
             else:
                 offered_moe.append(name)
                 if name != "triton":  # the auto choice stays sane, as SGLang's default is meant to
-                    rule = _health_rule(rng, {"moe_runner": name}, f"MoE runner {name}")
+                    rule = _health_rule(r, {"moe_runner": name}, f"MoE runner {name}")
                     if rule:
                         health.append(rule)
         if gpu.link == "pcie":  # DeepEP's kernels need NVLink (or RDMA) between the GPUs
@@ -265,9 +298,9 @@ def _backends(rng: random.Random, gpu: Gpu, family: Family) -> tuple[dict, dict,
 
 
 def _profile(rng: random.Random, seed: int, name: str, gpu: Gpu, family: Family, dtype: str,
-             gpus: int) -> tuple[dict[str, Any], list[str], list[str], str]:
+             gpus: int, tables: str | None = None) -> tuple[dict[str, Any], list[str], list[str], str]:
     model = _model(rng, family, dtype)
-    attention, moe_runners, health, attn_choices, moe_choices = _backends(rng, gpu, family)
+    attention, moe_runners, health, attn_choices, moe_choices = _backends(rng, gpu, family, tables)
     # What SGLang picks when no backend is given: the fastest on paper that this hardware runs and that has no
     # drawn problem of its own (a default is a tested path), else the fastest that runs; the space offers it.
     runs_here = [n for n in ATTENTION if family.attention in ATTENTION[n][2] and gpu.sm in ATTENTION[n][1]]
@@ -408,13 +441,17 @@ def landscape_name(seed: int) -> str:
     return f"gen-{seed:04d}"
 
 
-def make_landscape(seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The profile and the space of landscape `seed` (the same for the same seed, on any machine)."""
+def make_landscape(seed: int, host: Host | None = None,
+                   model: Family | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The profile and the space of landscape `seed` (the same for the same seed, on any machine); on `host`
+    (its GPU and backend tables) and of `model` where given."""
     for attempt in range(100):
-        rng = random.Random(f"landscape-{seed}-{attempt}")
-        gpu, family, dtype, need, gpus = _hardware_and_model(rng)
+        rng = random.Random(f"landscape-{seed}-{attempt}" if host is None else
+                            f"landscape-{host.tables}-{seed}-{attempt}")
+        gpu, family, dtype, need, gpus = _hardware_and_model(rng, host and host.gpu, model)
         name = landscape_name(seed)
-        profile, attn_choices, moe_choices, auto_attn = _profile(rng, seed, name, gpu, family, dtype, gpus)
+        profile, attn_choices, moe_choices, auto_attn = _profile(rng, seed, name, gpu, family, dtype, gpus,
+                                                                 host and host.tables)
         drawn = _space(rng, name, family, gpus, attn_choices, moe_choices, auto_attn)
         space = {
             "name": name, "engine": "sglang",
