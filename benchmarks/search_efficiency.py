@@ -63,15 +63,18 @@ number's low, middle and high. SGLang picks the factorial's flags by their order
 flags whose tier-1 change helped most, over each one's two best values with every other flag at its best
 value, then starts tier 1 again from the best configuration so far, until the budget is spent.
 
-Generated landscapes (`--landscapes train|test|all`, `--landscape-count N`, default 30 per set): seeded
+Generated landscapes (`--landscapes SET`; `--landscape-count N`, `--landscape-offset N` for part of one): seeded
 profiles and spaces from benchmarks/_landscapes.py (real GPUs and model families, random backend speed and
 health tables, 6-14 parameters; its docstring says what is drawn), written once under .cache/landscapes/.
-`train` is generator seeds 0..N-1, `test` 1000..1000+N-1: a sampler is tuned on the first and reported on the
-second. Their optimum search enumerates fewer points (exhaustive up to GENERATED_EXHAUSTIVE_MAX points, else
+The sets (LANDSCAPE_SETS), by generator seed: `train` 2000-2039 and `validation` 3000-3019, on which sampler
+variants are tried and chosen; `test` 7000-7029, run once at the end to report the chosen sampler (never to
+choose one: a set run again and again while choosing stops being a test set, as 1000-1029 did). `all` is
+shipped + train + validation; FIRST-LAST (e.g. 1030-1049) runs any range of seeds, grouped as "other".
+Their optimum search enumerates fewer points (exhaustive up to GENERATED_EXHAUSTIVE_MAX points, else
 the same local search from --starts starts: 4 starts, as before, missed the optimum by 6-7% on 2 of the 30
 test landscapes and 1 of the 30 training ones). After the per-landscape tables, the summary gives each
 landscape's verdict, adding the target "98% within 40 restarts in at least 80% of the seeds", and the overall
-table gives, per set (shipped, train, test), the median over landscapes of tpe/random and tpe/best-anchor, and
+table gives, per set (shipped, train, validation, test, other), the median over landscapes of tpe/random and tpe/best-anchor, and
 the share of landscapes meeting each target (the suite's target: at least 80% of them within 40 restarts).
 
 GPU-time: each restart costs the start-up model's phases (`startup_phases`: process, distributed init, weight
@@ -141,7 +144,10 @@ EXHAUSTIVE_MAX = 20_000  # valid grid points up to which the optimum is found by
 OPTIMUM_METHOD = "v2"  # bump when the optimum search changes: old cache files are then ignored
 # Generated landscapes are many: their optimum search enumerates fewer points.
 GENERATED_EXHAUSTIVE_MAX = 3_000
-LANDSCAPE_SEEDS = {"train": 0, "test": 1000}  # first generator seed of each set
+# Generated landscapes by generator seed. Sampler variants are chosen on `train` and `validation` only; `test` is
+# run once, at the end, to report the chosen sampler (README: its figures and date). Seeds 0-89 and 1000-1049
+# were the sets before 2026-12-06: run again and again while choosing samplers, they test nothing any more.
+LANDSCAPE_SETS = {"train": range(2000, 2040), "validation": range(3000, 3020), "test": range(7000, 7030)}
 WARMUP_TRIALS = 10  # the crash/NaN share is counted after this many trials
 
 # What predict() says went wrong, as the failure kind the tuner's stages would record.
@@ -306,11 +312,23 @@ def landscape_paths(name: str) -> tuple[Path, Path]:
     return PROFILES_DIR / f"{name}.yaml", SPACES_DIR / f"{name}.yaml"
 
 
-def generated_names(which: str, count: int, offset: int = 0) -> list[str]:
-    """The generated landscapes of a set: `train` (generator seeds 0..), `test` (1000..), `all` (both); the first
-    `offset` of each set left out."""
-    sets = list(LANDSCAPE_SEEDS) if which == "all" else [which] if which in LANDSCAPE_SEEDS else []
-    return [_landscapes.landscape_name(LANDSCAPE_SEEDS[s] + offset + i) for s in sets for i in range(count)]
+def landscape_seeds(which: str) -> range:
+    """The generator seeds of a named set, or of a range spelled FIRST-LAST (both included)."""
+    if which in LANDSCAPE_SETS:
+        return LANDSCAPE_SETS[which]
+    first, _, last = which.partition("-")
+    if not (first.isdigit() and last.isdigit() and int(first) <= int(last)):
+        raise ValueError(f"--landscapes {which!r}: name a set ({', '.join(LANDSCAPE_SETS)}, all, shipped) or a range "
+                         "of generator seeds such as 1030-1049")
+    return range(int(first), int(last) + 1)
+
+
+def generated_names(which: str, count: int | None = None, offset: int = 0) -> list[str]:
+    """The generated landscapes of a set (`all`: train and validation, never test) or a seed range: from its
+    `offset`-th, at most `count` of them."""
+    sets = ["train", "validation"] if which == "all" else [] if which == "shipped" else [which]
+    return [_landscapes.landscape_name(seed) for s in sets
+            for seed in list(landscape_seeds(s))[offset:None if count is None else offset + count]]
 
 
 def skip_reason(name: str) -> str | None:
@@ -909,11 +927,15 @@ def print_summary(all_stats: dict[str, dict[str, dict[str, Any]]], trials: int) 
 def landscape_set(name: str) -> str:
     if not is_generated(name):
         return "shipped"
-    return "test" if int(name.removeprefix("gen-")) >= LANDSCAPE_SEEDS["test"] else "train"
+    seed = int(name.removeprefix("gen-"))
+    return next((s for s, seeds in LANDSCAPE_SETS.items() if seed in seeds), "other")
+
+
+GROUPS = ("shipped", *LANDSCAPE_SETS, "other")  # "other": generated landscapes of a --landscapes FIRST-LAST range
 
 
 def print_overall(all_stats: dict[str, dict[str, dict[str, Any]]], trials: int) -> None:
-    """Per set of landscapes (shipped, train, test): the median ratios and the share meeting each target."""
+    """Per set of landscapes (shipped, train, validation, test, other): the median ratios and the share meeting each target."""
     groups: dict[str, list[str]] = {}
     for name, stats in all_stats.items():
         if "tpe" in stats:
@@ -922,12 +944,12 @@ def print_overall(all_stats: dict[str, dict[str, dict[str, Any]]], trials: int) 
         return
     print("\n== Overall, per set of landscapes (median over landscapes of the per-landscape ratios; share of the "
           "landscapes that meet each target)")
-    print(f"   {'set':<8} {'n':>3} {'tpe/random':>11} {'tpe/best anchor':>22} {'tpe/hindsight':>14} "
+    print(f"   {'set':<10} {'n':>3} {'tpe/random':>11} {'tpe/best anchor':>22} {'tpe/hindsight':>14} "
           f"{'<=1/3 random':>13} {'< hindsight':>12} {'within ' + str(WITHIN):>10} {'crash<=10%':>11} "
           f"{'crash/NaN':>10} {'all met':>8} {'GPU-h/random':>13}  suite target (>= {WITHIN_LANDSCAPES:.0%} within "
           f"{WITHIN}; median tpe/random <= 0.33; median tpe/best anchor < 1; crash/NaN over all restarts after trial "
           "10 <= 10%)")
-    for group in ("shipped", "train", "test"):
+    for group in GROUPS:
         names = groups.get(group)
         if not names:
             continue
@@ -955,7 +977,7 @@ def print_overall(all_stats: dict[str, dict[str, dict[str, Any]]], trials: int) 
             suite.append("crash/NaN")
         r_best = f"{to_anchor[best]:.2f} ({best})" if best else "-"
         gpu = _median([v.gpu_ratio for v in vs if v.gpu_ratio == v.gpu_ratio])
-        print(f"   {group:<8} {len(vs):>3} {_two(med_r):>11} {r_best:>22} {_two(med_h):>14} "
+        print(f"   {group:<10} {len(vs):>3} {_two(med_r):>11} {r_best:>22} {_two(med_h):>14} "
               f"{share(lambda v: 'vs random' not in v.misses) if med_r == med_r else '-':>13} "
               f"{share(lambda v: 'vs best anchor' not in v.misses) if best else '-':>12} "
               f"{within_ok:>10.0%} {share(lambda v: 'crash/NaN' not in v.misses):>11} {crash:>10.1%} "
@@ -964,7 +986,7 @@ def print_overall(all_stats: dict[str, dict[str, dict[str, Any]]], trials: int) 
     print("   (tpe/best anchor: against the anchor whose median tpe/anchor ratio is highest, one anchor for the whole "
           "set, as a user would pick one; tpe/hindsight and the per-landscape verdicts: against whichever anchor did "
           "best on each landscape, picked afterwards)")
-    for group in ("shipped", "train", "test"):
+    for group in GROUPS:
         if (names := groups.get(group)) and len(all_stats[names[0]]) > 1:
             print_head_to_head(group, {n: all_stats[n] for n in names}, trials)
 
@@ -1048,22 +1070,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="processes (default 2)")
     parser.add_argument("--no-cache", action="store_true", help="search the optimum again, do not read or write "
                         ".cache/search_efficiency/")
-    parser.add_argument("--landscapes", choices=("shipped", "train", "test", "all"), default=None,
-                        help="generated landscapes (benchmarks/_landscapes.py): train = generator seeds 0.., test = "
-                             "1000.., all = shipped + train + test (default: the shipped profiles only)")
-    parser.add_argument("--landscape-count", type=int, default=30, metavar="N",
-                        help="generated landscapes per set (default 30)")
+    parser.add_argument("--landscapes", default=None, metavar="SET",
+                        help="generated landscapes (benchmarks/_landscapes.py): train (generator seeds "
+                             f"{_span('train')}) and validation ({_span('validation')}) to choose a sampler on, test "
+                             f"({_span('test')}) to report it once, all (shipped + train + validation), shipped, or a "
+                             "range of generator seeds FIRST-LAST (default: the shipped profiles only)")
+    parser.add_argument("--landscape-count", type=int, default=None, metavar="N",
+                        help="at most N generated landscapes of the set (default: all of them)")
     parser.add_argument("--landscape-offset", type=int, default=0, metavar="N",
-                        help="leave out each set's first N generated landscapes (default 0): `--landscapes train "
-                             "--landscape-offset 30` draws landscapes that no setting was chosen on")
+                        help="leave out the set's first N generated landscapes (default 0)")
     parser.add_argument("--quick", action="store_true",
                         help="CI smoke run: glm5-nvfp4-sm120 only (with --landscapes: 2 generated landscapes, 1 seed),"
                              " 2 seeds, 15 trials, a cheap optimum unless cached")
     args = parser.parse_args(argv)
     if args.landscape_offset < 0:
         parser.error(f"--landscape-offset must be 0 or more, not {args.landscape_offset}")
-    generated = (generated_names(args.landscapes, args.landscape_count, args.landscape_offset)
-                 if args.landscapes else [])
+    try:
+        generated = (generated_names(args.landscapes, args.landscape_count, args.landscape_offset)
+                     if args.landscapes else [])
+    except ValueError as e:
+        parser.error(str(e))
     if args.quick and generated:
         generated, args.seeds = generated[:2], 1
     if args.quick:
@@ -1118,6 +1144,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     per = ", ".join(f"{s} {v:.0f} s" for s, v in seconds.items())
     print(f"\n(done in {time.monotonic() - t0:.0f} s; strategy time summed over processes: {per})")
     return 0
+
+
+def _span(name: str) -> str:
+    seeds = LANDSCAPE_SETS[name]
+    return f"{seeds[0]}-{seeds[-1]}"
 
 
 def _map(fn: Any, tasks: list, jobs: int) -> Iterable[Any]:

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "benchmarks" / "search_efficiency.py"
 
@@ -42,21 +44,21 @@ def test_an_anchor_repeats_its_run_whatever_the_hash_seed() -> None:
 
 
 def test_quick_mode_on_generated_landscapes() -> None:
-    done = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--jobs", "1", "--landscapes", "test",
+    done = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--jobs", "1", "--landscapes", "validation",
                            "--landscape-offset", "1", "--strategies", "tpe", "random", "random-valid"], cwd=REPO,
                           capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
-    assert "gen-1000" not in out  # left out by the offset
-    for name in ("gen-1001", "gen-1002"):  # the next two test landscapes, each with its own table
+    assert "gen-3000" not in out  # left out by the offset
+    for name in ("gen-3001", "gen-3002"):  # the next two validation landscapes, each with its own table
         table = out.split(f"== {name}:")[1].split("\n==")[0]
         assert "generated landscape" in table and "optimum at:" in table
         for label in ("tpe (tuner default)", "random", "random, valid only"):
             assert any(line.strip().startswith(label) and "%" in line for line in table.splitlines()), table
         assert name in out.split("== Summary")[1]
     overall = out.split("== Overall")[1]
-    row = next(line for line in overall.splitlines() if line.strip().startswith("test"))
-    assert row.split()[1] == "2"  # two landscapes in the test set
+    row = next(line for line in overall.splitlines() if line.strip().startswith("validation"))
+    assert row.split()[1] == "2"  # two landscapes in the validation set
     # Each strategy against the tuner on every landscape: fewer / more restarts on at most the two landscapes.
     head_to_head = overall.split("its ratio to the best other anchor in hindsight")[1]
     for label in ("random", "random, valid only"):
@@ -67,7 +69,30 @@ def test_quick_mode_on_generated_landscapes() -> None:
     # suite's ratio to it and the ratio to the best anchor in hindsight are one figure.
     cells = row.split()
     assert cells[4] == "(random-valid)" and cells[3] == cells[5], row
-    assert "gen-0000" not in out  # the training landscapes stay out of a test run
+    assert "gen-2000" not in out and "gen-7000" not in out  # the other sets stay out
+
+
+def test_the_sets_are_named_ranges_and_test_stays_out_of_all() -> None:
+    """Sampler variants are chosen on train and validation; the test range is run only when named."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import search_efficiency as se
+    names = {s: se.generated_names(s) for s in ("train", "validation", "test")}
+    assert names["train"][0] == "gen-2000" and len(names["train"]) == 40
+    assert names["validation"] == [f"gen-{n}" for n in range(3000, 3020)]
+    assert names["test"][0] == "gen-7000" and len(names["test"]) == 30
+    assert se.generated_names("all") == names["train"] + names["validation"]  # never the test range
+    assert se.generated_names("1030-1032") == ["gen-1030", "gen-1031", "gen-1032"]
+    assert se.generated_names("validation", 2, 1) == ["gen-3001", "gen-3002"]
+    assert [se.landscape_set(n) for n in ("gen-2039", "gen-3000", "gen-7029", "gen-1030", "glm5-nvfp4-sm120")] \
+        == ["train", "validation", "test", "other", "shipped"]
+
+
+@pytest.mark.parametrize("spelling", ["tset", "1049-1030", "10-x"])
+def test_an_unknown_set_is_refused_with_the_sets_named(spelling: str) -> None:
+    done = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--landscapes", spelling], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and not done.stdout
+    assert f"--landscapes {spelling!r}: name a set (train, validation, test, all, shipped) or a range" in done.stderr
 
 
 def test_gpu_seconds_follow_the_startup_model() -> None:
