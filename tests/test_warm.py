@@ -15,7 +15,7 @@ from tuner._failures import FailureKind
 from tuner._knowledge import GoodConfig, Knowledge, Lesson
 from tuner._spec import parse_spec
 from tuner._study import _initialise, make_sampler
-from tuner._warm import HALF_LIFE, KERNEL_WEIGHT, adapt, lesson_weight, similarity, warm_start
+from tuner._warm import HALF_LIFE, KERNEL_WEIGHT, adapt, fit_memory, lesson_weight, similarity, warm_start
 
 SM120 = {"engine": {"name": "sglang", "version": "0.5.6"},
          "gpus": {"name": "RTX PRO 6000", "compute_capability": "12.0", "count": 8, "memory_gb": 95.6},
@@ -64,7 +64,7 @@ def test_a_configuration_of_another_space_is_adapted_to_this_one():
     assert adapt({"attention-backend": "c", "cuda-graph-max-bs": 256}, SPEC.space) is None  # forbidden here
 
 
-def test_good_configurations_of_the_same_gpu_architecture_run_first_all_weigh_in_the_density():
+def test_good_configurations_of_the_same_gpu_architecture_run_first_and_weigh_in_the_density_others_do_not():
     def best(study: str, context: dict, *backends: str) -> Knowledge:
         good = tuple(GoodConfig({"attention-backend": b, "cuda-graph-max-bs": 32, "schedule-conservativeness": 0.8},
                                 context, rank, study, rank) for rank, b in enumerate(backends))
@@ -78,9 +78,25 @@ def test_good_configurations_of_the_same_gpu_architecture_run_first_all_weigh_in
     assert {source for _, source in warm.first} == {"study 'near'"}
     assert similarity(other_gpu, SM120) == pytest.approx(0.3) and similarity(SM120, SM120) == 1.0
     weights = {g.params["attention-backend"]: g.weight for g in warm.prior.ghosts}
-    assert weights["b"] > weights["c"] > weights["a"] > weights["d"] > 0  # ranked, the far study's least of all
+    assert weights["b"] > weights["c"] > weights["a"] > 0 and "d" not in weights  # ranked; what won elsewhere misleads
     assert [(u.source, u.lessons, u.first) for u in warm.used] == \
         [("study 'near'", 0, 2), ("study 'far'", 0, 0), ("file", 1, 0)]
+
+
+def test_a_good_configuration_of_a_lighter_model_runs_here_on_as_many_more_gpus_as_this_model_is_heavier():
+    spec = parse_spec(instant_space("tp", params=PARAMS + "  tp-size: {type: categorical, choices: [1, 2, 4, 8]}\n",
+                                    baseline="{attention-backend: a, cuda-graph-max-bs: 64, "
+                                             "schedule-conservativeness: 1.0, tp-size: 8}"))
+    light = _with(SM120, model={"params_b": 200.0})
+    best = {"attention-backend": "b", "cuda-graph-max-bs": 32, "schedule-conservativeness": 0.8, "tp-size": 1}
+    assert fit_memory(best, spec.space, light, SM120)["tp-size"] == 4  # 3.7x as heavy: tp 1 -> 4
+    assert fit_memory(best, spec.space, SM120, light) == best  # lighter here: as it was
+    assert fit_memory({**best, "tp-size": 4}, spec.space, light, SM120) is None  # no size holds it
+    assert fit_memory({k: v for k, v in best.items() if k != "tp-size"}, SPEC.space, light, SM120) is None
+    warm = warm_start([Knowledge("study 'light'", good=(GoodConfig(best, light, 0, "light", 0),), context=light)],
+                      spec.space, SM120)
+    assert [params["tp-size"] for params, _ in warm.first] == [4]
+    assert [g.params["tp-size"] for g in warm.prior.ghosts] == [4]
 
 
 def _trial(params: dict, failed: bool = False) -> optuna.trial.FrozenTrial:
