@@ -204,13 +204,13 @@ def fit_memory(params: dict[str, Any] | None, space: Space, source: Mapping[str,
     """A good configuration of a lighter model (for one GPU's memory) made to fit this one: its tensor-parallel
     size raised by how much heavier this model is per GPU, to the nearest size this space offers (a model twice
     as heavy at tp 1 runs out of memory where the lighter one fit; at tp 2 it holds what the lighter held at tp 1).
-    None where no size fits or the space has no such flag; unchanged where this model is no heavier."""
+    None where no size fits; unchanged where this model is no heavier or the space has no such flag."""
     ours, theirs = _weights_per_gpu(target), _weights_per_gpu(source)
     if params is None or ours is None or theirs is None or ours <= theirs:
         return params
     name = next((n for n in TP_FLAGS if n in params), None)
-    if name is None:
-        return None
+    if name is None:  # the space fixes how the weights are split: nothing to adapt (OOM lessons still warn)
+        return params
     sizes = sorted(v for v in space.params[name].grid() if isinstance(v, int) and v >= params[name] * ours / theirs)
     fitted = {**params, name: sizes[0]} if sizes else None
     return None if fitted is None or space.violations(fitted) else fitted
