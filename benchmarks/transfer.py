@@ -203,10 +203,10 @@ def run_study(problem: FamilyProblem, landscape: Landscape, seed: int, trials: i
     """One study as `run --sampler tpe --seed SEED --trials N [--learn-from ...]` runs it, minus the server
     (search_efficiency.run_study). `stop_at`: the optimum, to stop once the pick reached 98% of it and WARMUP
     trials ran (None: run every trial)."""
-    def stop(records: list[se.TrialRecord]) -> bool:
-        return stop_at is not None and len(records) >= WARMUP and se.judge(problem, records, stop_at, trials).reached
+    def reached(records: list[se.TrialRecord]) -> bool:
+        return len(records) >= WARMUP and se.judge(problem, records, stop_at, trials).reached
 
-    study, records = se.run_study(problem, "tpe", seed, trials, warm, stop)
+    study, records = se.run_study(problem, "tpe", seed, trials, warm, reached if stop_at is not None else None)
     k = knowledge_of_trials(landscape.name, study.get_trials(deepcopy=False), context(landscape, problem.spec),
                             problem.maximize)
     return Study(records, k)
