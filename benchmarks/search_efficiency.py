@@ -124,6 +124,7 @@ from tuner._space import ServerConfig, Space  # noqa: E402
 from tuner._spec import Spec, load_spec  # noqa: E402
 from tuner._study import _TPE, _initialise, _pruner, make_sampler  # noqa: E402
 from tuner._trial import TrialContext, TrialResult  # noqa: E402
+from tuner._warm import WarmStart  # noqa: E402
 from tuner._worker import Worker  # noqa: E402
 from tuner.engines import get_engine  # noqa: E402
 from tuner.engines._base import flag_argv  # noqa: E402
@@ -385,6 +386,13 @@ class SimulatedWorker(Worker):
 
 def run_tuner(problem: Problem, sampler_name: str, seed: int, trials: int) -> list[TrialRecord]:
     """One study as `python -m tuner run --sampler NAME --seed SEED --trials N` runs it, minus the server."""
+    return run_study(problem, sampler_name, seed, trials)[1]
+
+
+def run_study(problem: Problem, sampler_name: str, seed: int, trials: int, warm: WarmStart | None = None,
+              stop: Callable[[list[TrialRecord]], bool] | None = None) -> tuple[optuna.Study, list[TrialRecord]]:
+    """run_tuner, and the study: `warm` as `run --learn-from` starts it (tuner/_warm.py), `stop` asked after each
+    trial with the records so far."""
     spec = problem.spec
     if sampler_name == "random-valid":
         # The tuner's TPE kept in its random startup for good, with no say of its own: every flag drawn at
@@ -392,16 +400,21 @@ def run_tuner(problem: Problem, sampler_name: str, seed: int, trials: int) -> li
         sampler = _TPE(seed=seed, space=spec.space, multivariate=True, constant_liar=True, n_startup_trials=10**9,
                        local_startup=False, risk_aversion=0.0)
     else:
-        sampler = make_sampler(sampler_name, seed, spec)
+        sampler = make_sampler(sampler_name, seed, spec, prior=warm.prior if warm else None)
     study = optuna.create_study(sampler=sampler, pruner=_pruner(spec),
                                 directions=spec.objective.directions)
-    _initialise(study, spec, sampler_name)  # baseline first, then try-first, as `run` enqueues them
+    _initialise(study, spec, sampler_name, first=warm.first if warm else ())  # baseline, warm.first, try-first
     ends: dict[int, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="search_efficiency-") as tmp:
         ctx = TrialContext(spec, get_engine(spec.engine), ("simulated",))
         worker = SimulatedWorker(spec, ctx, Path(tmp), sampler_name, problem=problem, seed=seed,
                                  on_trial_end=lambda trial, attrs: ends.__setitem__(trial.number, dict(attrs)))
-        study.optimize(worker, n_trials=trials)
+        callbacks = [lambda study, _: stop(_records(problem, worker, ends)) and study.stop()] if stop else []
+        study.optimize(worker, n_trials=trials, callbacks=callbacks)
+    return study, _records(problem, worker, ends)
+
+
+def _records(problem: Problem, worker: SimulatedWorker, ends: Mapping[int, Mapping[str, Any]]) -> list[TrialRecord]:
     records = []
     for number in sorted(ends):
         attrs = ends[number]

@@ -50,7 +50,6 @@ import random
 import shlex
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -70,10 +69,7 @@ import search_efficiency as se  # noqa: E402
 from tuner._context import EngineFacts, StudyContext, gpu_facts, model_facts, workload_facts  # noqa: E402
 from tuner._knowledge import Knowledge, knowledge_of_trials  # noqa: E402
 from tuner._spec import load_spec  # noqa: E402
-from tuner._study import _initialise, _pruner, make_sampler  # noqa: E402
-from tuner._trial import TrialContext  # noqa: E402
 from tuner._warm import WarmStart, warm_start  # noqa: E402
-from tuner.engines import get_engine  # noqa: E402
 from tuner.sim._profile import load_profile  # noqa: E402
 
 TRAIN_FAMILIES = range(0, 8)  # to choose constants on
@@ -205,42 +201,15 @@ class Study:
 def run_study(problem: FamilyProblem, landscape: Landscape, seed: int, trials: int, warm: WarmStart | None,
               stop_at: float | None) -> Study:
     """One study as `run --sampler tpe --seed SEED --trials N [--learn-from ...]` runs it, minus the server
-    (search_efficiency.run_tuner, with the warm start). `stop_at`: the optimum, to stop once the pick reached
-    98% of it and WARMUP trials ran (None: run every trial)."""
-    spec = problem.spec
-    sampler = make_sampler("tpe", seed, spec, prior=warm.prior if warm else None)
-    study = optuna.create_study(sampler=sampler, pruner=_pruner(spec), directions=spec.objective.directions)
-    _initialise(study, spec, "tpe", first=warm.first if warm else ())
-    ends: dict[int, dict[str, Any]] = {}
-    with tempfile.TemporaryDirectory(prefix="transfer-") as tmp:
-        ctx = TrialContext(spec, get_engine(spec.engine), ("simulated",))
-        worker = se.SimulatedWorker(spec, ctx, Path(tmp), "tpe", problem=problem, seed=seed,
-                                    on_trial_end=lambda trial, attrs: ends.__setitem__(trial.number, dict(attrs)))
+    (search_efficiency.run_study). `stop_at`: the optimum, to stop once the pick reached 98% of it and WARMUP
+    trials ran (None: run every trial)."""
+    def reached(records: list[se.TrialRecord]) -> bool:
+        return len(records) >= WARMUP and se.judge(problem, records, stop_at, trials).reached
 
-        def stop(study: optuna.Study, trial: Any) -> None:
-            if stop_at is not None and len(ends) >= WARMUP and \
-                    se.judge(problem, _records(problem, worker, ends), stop_at, trials).reached:
-                study.stop()
-
-        study.optimize(worker, n_trials=trials, callbacks=[stop])
-    k = knowledge_of_trials(landscape.name, study.get_trials(deepcopy=False), context(landscape, spec),
+    study, records = se.run_study(problem, "tpe", seed, trials, warm, reached if stop_at is not None else None)
+    k = knowledge_of_trials(landscape.name, study.get_trials(deepcopy=False), context(landscape, problem.spec),
                             problem.maximize)
-    return Study(_records(problem, worker, ends), k)
-
-
-def _records(problem: FamilyProblem, worker: se.SimulatedWorker, ends: Mapping[int, Mapping[str, Any]]
-             ) -> list[se.TrialRecord]:
-    records = []
-    for number in sorted(ends):
-        attrs = ends[number]
-        source = attrs.get("reused_from", number)
-        observed = true = flags = None
-        if source in worker.launched:
-            m, config = worker.launched[source]
-            observed, true, flags = problem.value(m), problem.true_value(config), config.flags
-        outcome = "reused" if "reused_from" in attrs else attrs.get("failure_kind", "none")
-        records.append(se.TrialRecord(number, outcome, number in worker.launched, observed, true, 0.0, flags))
-    return records
+    return Study(records, k)
 
 
 def early_crashes(records: Sequence[se.TrialRecord]) -> tuple[int, int]:

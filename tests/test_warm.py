@@ -15,7 +15,7 @@ from tuner._failures import FailureKind
 from tuner._knowledge import GoodConfig, Knowledge, Lesson
 from tuner._spec import parse_spec
 from tuner._study import _initialise, make_sampler
-from tuner._warm import HALF_LIFE, KERNEL_WEIGHT, adapt, lesson_weight, similarity, warm_start
+from tuner._warm import HALF_LIFE, Ghost, Prior, KERNEL_WEIGHT, adapt, fit_memory, lesson_weight, similarity, warm_start
 
 SM120 = {"engine": {"name": "sglang", "version": "0.5.6"},
          "gpus": {"name": "RTX PRO 6000", "compute_capability": "12.0", "count": 8, "memory_gb": 95.6},
@@ -64,7 +64,7 @@ def test_a_configuration_of_another_space_is_adapted_to_this_one():
     assert adapt({"attention-backend": "c", "cuda-graph-max-bs": 256}, SPEC.space) is None  # forbidden here
 
 
-def test_good_configurations_of_the_same_gpu_architecture_run_first_all_weigh_in_the_density():
+def test_good_configurations_of_the_same_gpu_architecture_run_first_others_do_not():
     def best(study: str, context: dict, *backends: str) -> Knowledge:
         good = tuple(GoodConfig({"attention-backend": b, "cuda-graph-max-bs": 32, "schedule-conservativeness": 0.8},
                                 context, rank, study, rank) for rank, b in enumerate(backends))
@@ -77,10 +77,25 @@ def test_good_configurations_of_the_same_gpu_architecture_run_first_all_weigh_in
     assert [params["attention-backend"] for params, _ in warm.first] == ["b", "a"]
     assert {source for _, source in warm.first} == {"study 'near'"}
     assert similarity(other_gpu, SM120) == pytest.approx(0.3) and similarity(SM120, SM120) == 1.0
-    weights = {g.params["attention-backend"]: g.weight for g in warm.prior.ghosts}
-    assert weights["b"] > weights["c"] > weights["a"] > weights["d"] > 0  # ranked, the far study's least of all
+    assert warm.prior.ghosts == ()  # GHOST_WEIGHT is off: other models' best misled TPE on the training families
     assert [(u.source, u.lessons, u.first) for u in warm.used] == \
         [("study 'near'", 0, 2), ("study 'far'", 0, 0), ("file", 1, 0)]
+
+
+def test_a_good_configuration_of_a_lighter_model_runs_here_on_as_many_more_gpus_as_this_model_is_heavier():
+    spec = parse_spec(instant_space("tp", params=PARAMS + "  tp-size: {type: categorical, choices: [1, 2, 4, 8]}\n",
+                                    baseline="{attention-backend: a, cuda-graph-max-bs: 64, "
+                                             "schedule-conservativeness: 1.0, tp-size: 8}"))
+    light = _with(SM120, model={"params_b": 200.0})
+    best = {"attention-backend": "b", "cuda-graph-max-bs": 32, "schedule-conservativeness": 0.8, "tp-size": 1}
+    assert fit_memory(best, spec.space, light, SM120)["tp-size"] == 4  # 3.7x as heavy: tp 1 -> 4
+    assert fit_memory(best, spec.space, SM120, light) == best  # lighter here: as it was
+    assert fit_memory({**best, "tp-size": 4}, spec.space, light, SM120) is None  # no size holds it
+    fixed = {k: v for k, v in best.items() if k != "tp-size"}
+    assert fit_memory(fixed, SPEC.space, light, SM120) == fixed  # the space fixes the split: nothing to adapt
+    warm = warm_start([Knowledge("study 'light'", good=(GoodConfig(best, light, 0, "light", 0),), context=light)],
+                      spec.space, SM120)
+    assert [params["tp-size"] for params, _ in warm.first] == [4]
 
 
 def _trial(params: dict, failed: bool = False) -> optuna.trial.FrozenTrial:
@@ -132,20 +147,20 @@ def test_a_value_told_to_fail_is_avoided_early_and_found_later_where_it_is_the_b
         assert study.best_params["attention-backend"] == "d"
 
 
-def test_good_configurations_of_earlier_studies_raise_tpes_density_where_they_were():
-    warm = warm_start([Knowledge("s", good=(GoodConfig({"attention-backend": "c", "cuda-graph-max-bs": 16,
-                                                        "schedule-conservativeness": 0.6}, SM120, 0, "s", 3),),
-                                 context=SM120)], SPEC.space, SM120)
+def test_ghosts_of_good_configurations_raise_tpes_density_where_they_were():
+    # warm_start makes none while GHOST_WEIGHT is off; the sampler still takes a prior that has them.
+    told = Prior(ghosts=(Ghost({"attention-backend": "c", "cuda-graph-max-bs": 16, "schedule-conservativeness": 0.6},
+                                0.5),))
     study = optuna.create_study(direction="maximize")
     for backend in ("a", "b"):  # two trials away from the ghost
         study.enqueue_trial({"attention-backend": backend, "cuda-graph-max-bs": 128, "schedule-conservativeness": 1.4})
     study.optimize(lambda t: float(len(SPEC.space.suggest(t))), n_trials=2)
     space = {name: dist for name, dist in study.trials[0].distributions.items()}
     densities = []
-    for prior in (None, warm.prior):
+    for prior in (None, told):
         sampler = make_sampler("tpe", 0, SPEC, prior)
         below = sampler._build_parzen_estimator(study, space, study.trials[:2], handle_below=True)
-        ghost = {name: np.array([dist.to_internal_repr(warm.prior.ghosts[0].params[name])])
+        ghost = {name: np.array([dist.to_internal_repr(told.ghosts[0].params[name])])
                  for name, dist in space.items()}
         densities.append(below.log_pdf(ghost)[0])
     assert densities[1] > densities[0] + 1.0

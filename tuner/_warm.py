@@ -11,10 +11,11 @@ What carries over, and how much:
   where this study's model weighs as much or more per GB of GPU memory, in proportion where it weighs less, not
   at all below half. A carried lesson counts as KERNEL_WEIGHT (MEMORY_WEIGHT) failed trials of this study per
   failure it took the blame of, at most MAX_WEIGHT, halving every HALF_LIFE trials this study finishes.
-- **Good configurations**: each earlier study's best ones, adapted to this space (flags it lacks dropped, values
-  snapped to its grid, the flags it adds as the baseline has them), tried right after the baseline where they come
-  from the same engine on the same GPU architecture (at most MAX_FIRST, the most similar first: `similarity`), and
-  added to TPE's density of good configurations as GHOST_WEIGHT x similarity of one trial each.
+- **Good configurations**: each earlier study's best ones, from the same engine on the same GPU architecture
+  only, adapted to this space (flags it lacks dropped, values snapped to its grid, the flags it adds as the
+  baseline has them; a lighter model's tensor-parallel size raised to hold this model's weights, or the
+  configuration dropped: `fit_memory`), tried right after the baseline (at most MAX_FIRST, the most similar first:
+  `similarity`); they may also weigh in TPE's density of good configurations (GHOST_WEIGHT, off for now).
 
 Never a ban: a lesson only lowers the chance a proposal is drawn (to 1 / (1 + its weight), to TPE's power of
 risk aversion), and one trial of this study that ran with its values voids it; TPE's own trials outweigh the
@@ -40,10 +41,14 @@ MEMORY_WEIGHT = 8.0  # and one out-of-memory failure of a model at least as heav
 MAX_WEIGHT = 20.0
 HALF_LIFE = 8  # this study's finished trials after which a carried lesson counts half as much
 MIN_PRESSURE_RATIO = 0.5  # a model less than half as heavy for its memory learns nothing from another's OOM
-GHOST_WEIGHT = 0.5  # in TPE's density of good configurations, per carried configuration, times similarity
+# In TPE's density of good configurations, per carried configuration, times similarity. Off: on the training
+# families (benchmarks/transfer.py --families 0-3 --seeds 2) 0 did as well as 0.5 from the same GPU architecture
+# (restarts to 98% 28.5 both, crash/NaN 12.8% vs 13.4%), and 0 beat 0.5 from any GPU on families 0-1.
+GHOST_WEIGHT = 0.0
 RANK_DECAY = 0.7  # a study's second-best configuration counts this much of its best, the third this squared
 MAX_FIRST = 3  # configurations tried right after the baseline
 MAX_TOLD = 8  # lessons per source the study's `learned` attr spells out
+TP_FLAGS = ("tp-size", "tensor-parallel-size")  # the flag that splits the weights over GPUs (SGLang, vLLM)
 
 # Bytes per parameter of quantized weights (quant_method in config.json), else the dtype's width.
 _QUANT_BYTES = {"modelopt_fp4": 0.5625, "nvfp4": 0.5625, "fp4": 0.5625, "mxfp4": 0.5625, "awq": 0.5, "gptq": 0.5,
@@ -136,27 +141,30 @@ def warm_start(knowledge: Sequence[Knowledge], space: Space, context: Mapping[st
             if weight > 0 and all(name in space.params for name in lesson.values):
                 carried.append(CarriedLesson(lesson, weight))
                 told.setdefault(k.source, []).append(carried[-1])
-    candidates: list[tuple[float, GoodConfig, str]] = []
+    candidates: list[tuple[float, GoodConfig, Knowledge]] = []
     similar: dict[str, float] = {}
-    runnable: set[str] = set()  # sources whose configurations may run first: a kernel another GPU lacks would crash
     for k in knowledge:
+        # Only a study of the same engine on the same GPU architecture passes its good configurations on: on other
+        # GPUs a kernel may crash or lose, and what won there misleads the first trials and TPE's density alike.
         if k.good:
             similar[k.source] = similarity(k.context, context)
-            if _same_architecture(k.context, context):
-                runnable.add(k.source)
-            candidates += [(similar[k.source] * RANK_DECAY ** g.rank, g, k.source) for g in k.good]
+        if k.good and _same_architecture(k.context, context):
+            candidates += [(similar[k.source] * RANK_DECAY ** g.rank, g, k) for g in k.good]
     candidates.sort(key=lambda c: -c[0])
     first: list[tuple[dict[str, Any], str]] = []
     ghosts: list[Ghost] = []
+    carried_good: list[dict[str, Any]] = []
     seen = [dict(space.baseline)] if space.baseline is not None else []
-    for score, good, source in candidates:
-        params = adapt(good.params, space) if score > 0 else None
-        if params is None or params in [g.params for g in ghosts]:
+    for score, good, k in candidates:
+        params = fit_memory(adapt(good.params, space), space, k.context, context) if score > 0 else None
+        if params is None or params in carried_good:
             continue
-        ghosts.append(Ghost(params, GHOST_WEIGHT * score))
+        carried_good.append(params)
+        if GHOST_WEIGHT > 0:
+            ghosts.append(Ghost(params, GHOST_WEIGHT * score))
         told_to_fail = any(c.lesson.matches(params) for c in carried)
-        if len(first) < MAX_FIRST and source in runnable and params not in seen and not told_to_fail:
-            first.append((params, source))
+        if len(first) < MAX_FIRST and params not in seen and not told_to_fail:
+            first.append((params, k.source))
             seen.append(params)
     used = tuple(SourceUse(k.source, len(told.get(k.source, [])), sum(s == k.source for _, s in first),
                            similar.get(k.source), tuple(c.lesson.reads() for c in sorted(
@@ -189,6 +197,29 @@ def lesson_weight(lesson: Lesson, context: Mapping[str, Any]) -> float:
             return 0.0
         return min(MAX_WEIGHT, MEMORY_WEIGHT * lesson.blame * min(1.0, ours / theirs))
     return 0.0
+
+
+def fit_memory(params: dict[str, Any] | None, space: Space, source: Mapping[str, Any],
+               target: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A good configuration of a lighter model (for one GPU's memory) made to fit this one: its tensor-parallel
+    size raised by how much heavier this model is per GPU, to the nearest size this space offers (a model twice
+    as heavy at tp 1 runs out of memory where the lighter one fit; at tp 2 it holds what the lighter held at tp 1).
+    None where no size fits; unchanged where this model is no heavier or the space has no such flag."""
+    ours, theirs = _weights_per_gpu(target), _weights_per_gpu(source)
+    if params is None or ours is None or theirs is None or ours <= theirs:
+        return params
+    name = next((n for n in TP_FLAGS if n in params), None)
+    if name is None:  # the space fixes how the weights are split: nothing to adapt (OOM lessons still warn)
+        return params
+    sizes = sorted(v for v in space.params[name].grid() if isinstance(v, int) and v >= params[name] * ours / theirs)
+    fitted = {**params, name: sizes[0]} if sizes else None
+    return None if fitted is None or space.violations(fitted) else fitted
+
+
+def _weights_per_gpu(context: Mapping[str, Any]) -> float | None:
+    """The model's weights over one GPU's memory (GB per GB)."""
+    pressure, count = memory_pressure(context), (context.get("gpus") or {}).get("count")
+    return pressure * count if pressure is not None else None
 
 
 def memory_pressure(context: Mapping[str, Any]) -> float | None:
