@@ -8,7 +8,6 @@ import re
 
 import httpx
 
-from sim.conftest import start_sim  # noqa: F401  (the fixture)
 from tuner._probe import run_probe
 from tuner._spec import ProbeSpec
 from tuner.engines import get_engine
@@ -19,7 +18,7 @@ WORDS = "the river runs past the old market where people sell green paper and sm
 # With a dataset the check wave and the timed level draw from the same prompts, and a timed prompt whose prefill
 # the cache served is cheaper than the same prompt in SGLang's own benchmark client (half its mean TTFT on the
 # simulated 8B server).
-def test_check_wave_shares_no_cached_prefix_with_the_timed_prompts(start_sim, tmp_path):  # noqa: F811
+def test_check_wave_shares_no_cached_prefix_with_the_timed_prompts(start_sim, tmp_path):
     sim = start_sim()
     dataset = tmp_path / "prompts.jsonl"
     prompts = [f"{i}: " + " ".join(WORDS[(i + k) % len(WORDS)] for k in range(40)) for i in range(8)]
@@ -35,7 +34,7 @@ def test_check_wave_shares_no_cached_prefix_with_the_timed_prompts(start_sim, tm
     assert max(cached) <= 4 * 4, cached
 
 
-def test_decoding_only_meta_info_sees_what_a_full_parse_sees(start_sim):  # noqa: F811
+def test_decoding_only_meta_info_sees_what_a_full_parse_sees(start_sim):
     sim = start_sim()
     engine = get_engine("sglang")
     for logprobs in (False, True):
