@@ -1,15 +1,15 @@
 """How far the simulator's twin of a real GPU can be trusted: its predictions against a real study's trials.
 
     python benchmarks/twin_fidelity.py --db docs/gpu-sglang-0517/trials.db \
-        --profile sglang-0.5.17-h100-llama3-8b [--calibration 0-18] [--held-out 19-]
+        --profile sglang-0.5.17-h100-llama3-8b [--calibration 0-29] [--held-out 30-]
 
 For every trial of the real study in a range, the simulator predicts the same configuration without starting a
 server (`tuner.sim.predict`: the simulated server's own scheduler and physics on a virtual clock, with the
 study's workload) and the two are set side by side. The held-out range is the test: the profile must not have
 been calibrated on it. `--calibration` prints the same figures for the trials the profile was fitted to
 (in-sample), so that one sees how much of the fit is fitting. The defaults are the H100 twin's sets: it was
-calibrated on trials 0-18 of the first real study; trials 19 and up (every probe measured to its end) are held
-out.
+calibrated on trials 0-29 of the first real study; trials 30 and up are held out. Its held-out verdict on trials
+19-29 came from the profile as calibrated on 0-18, kept as docs/gpu-sglang-0517/twin-calibrated-0-18.yaml.
 
 What is compared, per trial:
 - outcome: the real failure kind (or ok, or stopped by the pruner) against the predicted one. A predicted start
@@ -403,9 +403,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--db", required=True, type=Path, help="a real study's trials.db")
     parser.add_argument("--profile", required=True, help="a shipped simulator profile, or a profile file")
     parser.add_argument("--study", help="the study's name, where the file holds several")
-    parser.add_argument("--held-out", default="19-", help="trials the profile was not calibrated on (default 19-)")
-    parser.add_argument("--calibration", default="0-18",
-                        help="trials the profile was fitted to: their in-sample figures come first (default 0-18)")
+    parser.add_argument("--held-out", default="30-", help="trials the profile was not calibrated on (default 30-)")
+    parser.add_argument("--calibration", default="0-29",
+                        help="trials the profile was fitted to: their in-sample figures come first (default 0-29)")
     args = parser.parse_args(argv)
     try:
         from tuner._errors import UsageError

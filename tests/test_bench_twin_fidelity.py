@@ -110,13 +110,13 @@ def test_in_sample_and_held_out_rows_match_the_study_and_leave_it_alone(trials):
 
 
 def test_by_default_the_twin_s_calibration_set_comes_first_then_the_held_out_trials(trials):
-    """The H100 twin was calibrated on trials 0-18; 19 and up are held out (none may have run yet)."""
+    """The H100 twin was calibrated on trials 0-29; 30 and up are held out (none may have run yet)."""
     done = _run("--db", str(DB), "--profile", PROFILE)
     assert done.returncode == 0, done.stderr
     sections = _sections(done.stdout)
     assert list(sections) == ["calibration set, in-sample", "held-out set"]
-    _check_section(sections["calibration set, in-sample"], {n for n in trials if n <= 18}, trials)
-    later = {n for n in trials if n >= 19}
+    _check_section(sections["calibration set, in-sample"], {n for n in trials if n <= 29}, trials)
+    later = {n for n in trials if n >= 30}
     if later:
         _check_section(sections["held-out set"], later, trials)
     else:

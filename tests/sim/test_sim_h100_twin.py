@@ -42,17 +42,19 @@ def test_prefill_graphs_cost_start_up_and_memory():
 
 
 def test_graphs_speed_decode_not_long_prefills():
-    """Eager decode at batch 128 is slower than a replayed graph (trials 5, 9, 13, 17); an eager prefill of 8192
+    """Eager decode at batch 128 is slower than a replayed graph: 17.5 ms a step against 14.3 (trials 20-24, 28,
+    29 against 0, 6, 26; 1.22x), not the 2.2x of the first waves of trials 9, 13, 17. An eager prefill of 8192
     tokens hides its launches behind its kernels, so prefill graphs change little at these chunk sizes."""
     profile = load_profile(H100)
     graphs = predict(profile, [], **WAVES)
     eager = predict(profile, ["--cuda-graph-backend-decode", "disabled"], **WAVES)
-    assert eager.itl_s > 1.2 * graphs.itl_s
+    assert 1.1 * graphs.itl_s < eager.itl_s < 1.4 * graphs.itl_s
     no_prefill_graphs = predict(profile, ["--cuda-graph-backend-prefill", "disabled"], **WAVES)
     assert no_prefill_graphs.output_tok_s == pytest.approx(graphs.output_tok_s, rel=0.01)
-    short = dict(concurrency=1, input_len=16, output_len=1, num_requests=50)  # launch-bound prefills
-    assert predict(profile, ["--cuda-graph-backend-prefill", "disabled"], **short).ttft_s > \
-        predict(profile, [], **short).ttft_s
+    # Even one 16-token prefill streams 15 GB of weights (5.6 ms), longer than its 448 eager launches (5.4 ms).
+    short = dict(concurrency=1, input_len=16, output_len=1, num_requests=50)
+    assert predict(profile, ["--cuda-graph-backend-prefill", "disabled"], **short).ttft_s == \
+        pytest.approx(predict(profile, [], **short).ttft_s, rel=0.02)
 
 
 def test_torch_native_runs_attention_one_sequence_at_a_time():
