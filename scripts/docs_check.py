@@ -234,10 +234,13 @@ def _program(root: Path, argv: list[str]) -> tuple[Program | None, list[str], st
             module = argv[2]
             if module.split(".")[0] in GPU_ONLY_MODULES:
                 return Program(module, None, unchecked="a GPU-only module"), argv[3:], None
+            sys.path.insert(0, str(root))  # as `python -m` in the root would see it
             try:
                 found = importlib.util.find_spec(module) is not None
             except (ImportError, ValueError):
                 found = False
+            finally:
+                sys.path.remove(str(root))
             if not found:
                 return None, [], f"no module {module!r}"
             return Program(f"python -m {module}", [sys.executable, "-m", module]), argv[3:], None
