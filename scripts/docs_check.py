@@ -25,6 +25,7 @@ import argparse
 import dataclasses
 import glob
 import importlib.util
+import json
 import os
 import re
 import shlex
@@ -95,10 +96,11 @@ def blocks(doc: Path) -> list[Command]:
             continue
         if not pending:
             start = number
-        if raw.rstrip().endswith("\\"):
-            pending += raw.rstrip()[:-1] + " "
+        line = raw.strip() if pending else raw
+        if line.rstrip().endswith("\\"):
+            pending += line.rstrip()[:-1].rstrip() + " "
             continue
-        text = _without_comment(pending + raw).strip()
+        text = _without_comment(pending + line).strip()
         pending = ""
         if text:
             commands.append(Command(doc, start, text, mode))
@@ -195,7 +197,17 @@ class Program:
     label: str
     help_argv: list[str] | None
     text_file: Path | None = None
+    known_help: str | None = None  # its options, where known without running it
     unchecked: str | None = None  # why its flags cannot be checked here
+
+
+def _sglang_options(root: Path) -> str | None:
+    """SGLang's launch_server options, from the parser tables the simulator ships (every version's)."""
+    tables = sorted((root / "tuner" / "sim" / "flags").glob("sglang-*.json"))
+    if not tables:
+        return None
+    return "\n".join(option for table in tables for action in json.loads(table.read_text())["actions"]
+                     for option in action["option_strings"])
 
 
 def _simple_commands(text: str) -> list[list[str]]:
@@ -232,6 +244,8 @@ def _program(root: Path, argv: list[str]) -> tuple[Program | None, list[str], st
     if re.search(r"(^|/)python[0-9.]*$", head):
         if len(argv) > 2 and argv[1] == "-m":
             module = argv[2]
+            if module == "sglang.launch_server" and (options := _sglang_options(root)):
+                return Program(f"python -m {module} (SGLang's parser tables)", None, known_help=options), argv[3:], None
             if module.split(".")[0] in GPU_ONLY_MODULES:
                 return Program(module, None, unchecked="a GPU-only module"), argv[3:], None
             sys.path.insert(0, str(root))  # as `python -m` in the root would see it
@@ -265,6 +279,8 @@ def _program(root: Path, argv: list[str]) -> tuple[Program | None, list[str], st
 
 def _help_text(root: Path, program: Program, words: list[str], cache: dict) -> tuple[str | None, str]:
     """The program's --help, of its subcommand where the leading words name one (`tuner knowledge export`)."""
+    if program.known_help is not None:
+        return program.known_help, program.label
     if program.text_file is not None:
         return program.text_file.read_text(errors="replace"), program.label
     for n in range(len(words), -1, -1):
