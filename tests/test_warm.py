@@ -15,8 +15,8 @@ from tuner._failures import FailureKind
 from tuner._knowledge import GoodConfig, Knowledge, Lesson
 from tuner._spec import parse_spec
 from tuner._study import _initialise, make_sampler
-from tuner._warm import (HALF_LIFE, KERNEL_WEIGHT, MEMORY_WEIGHT, Ghost, Prior, adapt, fit_memory, lesson_weight,
-                         scale_memory, similarity, warm_start)
+from tuner._warm import (HALF_LIFE, KERNEL_WEIGHT, MEMORY_WEIGHT, SCALE_POWER, Ghost, Prior, adapt, fit_memory,
+                         lesson_weight, scale_memory, similarity, warm_start)
 
 SM120 = {"engine": {"name": "sglang", "version": "0.5.6"},
          "gpus": {"name": "RTX PRO 6000", "compute_capability": "12.0", "count": 8, "memory_gb": 95.6},
@@ -69,29 +69,31 @@ def test_a_tensor_parallel_size_that_ran_out_of_memory_warns_of_larger_ones_for_
 
 
 def test_memory_bounds_move_with_weights_per_gpu_over_memory_per_gpu():
-    light = _with(SM120, model={"params_b": 372.0})
+    light = _with(SM120, model={"params_b": 186.0})  # a quarter of GLM-5's 744B
+    ratio = 4 ** SCALE_POWER  # how much sooner GLM-5 runs out of memory
     learnt = Lesson({"attention-backend": "b", "cuda-graph-max-bs": {"at-least": 128}}, FailureKind.OOM, light,
                     capture=True)
-    moved = scale_memory(learnt, SM120)  # twice as heavy per GPU: runs out from half the graph size
-    assert moved.values == {"attention-backend": "b", "cuda-graph-max-bs": {"at-least": 64}}
+    moved = scale_memory(learnt, SM120)  # heavier per GPU: runs out from a smaller graph size
+    assert moved.values == {"attention-backend": "b", "cuda-graph-max-bs": {"at-least": pytest.approx(128 / ratio)}}
     assert moved.capture and moved.kind == FailureKind.OOM
-    assert moved.matches({"attention-backend": "b", "cuda-graph-max-bs": 64, "disable-cuda-graph": False})
-    # As many GPUs again share the weights: each holds what it held, the bound stays.
-    assert scale_memory(learnt, _with(SM120, gpus={"count": 16})).values == learnt.values
-    too_little = Lesson({"mem-fraction-static": {"at-most": 0.4}}, FailureKind.OOM, light)  # no room for a KV pool
-    assert scale_memory(too_little, SM120).values == {"mem-fraction-static": {"at-most": 0.8}}
+    assert moved.matches({"attention-backend": "b", "cuda-graph-max-bs": 64 if ratio >= 2 else 128})
+    # Four times as many GPUs share the weights: each holds what it held, the bound stays.
+    assert scale_memory(learnt, _with(SM120, gpus={"count": 32})).values == learnt.values
+    too_little = Lesson({"mem-fraction-static": {"at-most": 0.2}}, FailureKind.OOM, light)  # no room for a KV pool
+    assert scale_memory(too_little, SM120).values == {"mem-fraction-static": {"at-most": pytest.approx(0.2 * ratio)}}
     too_much = Lesson({"mem-fraction-static": {"at-least": 0.9}}, FailureKind.OOM, light)  # no room for graphs
-    assert scale_memory(too_much, SM120).values == {"mem-fraction-static": {"at-least": 0.8}}
+    assert scale_memory(too_much, SM120).values == {
+        "mem-fraction-static": {"at-least": pytest.approx(1 - 0.1 * ratio)}}
     assert scale_memory(too_much, light) is too_much  # the same model and GPUs: as learnt
     assert scale_memory(too_much, _with(SM120, model={"params_b": None})) is too_much  # no size to scale by
 
 
 def test_a_warm_start_tells_the_sampler_the_moved_memory_bounds():
-    light = _with(SM120, model={"params_b": 372.0})
+    light = _with(SM120, model={"params_b": 186.0})
     oom = Lesson({"cuda-graph-max-bs": {"at-least": 128}}, FailureKind.OOM, light)
     warm = warm_start([Knowledge("study 'light'", (oom,), context=light)], SPEC.space, SM120)
     (carried,) = warm.prior.lessons
-    assert carried.lesson.values == {"cuda-graph-max-bs": {"at-least": 64}} and carried.weight == MEMORY_WEIGHT
+    assert carried.lesson.values == scale_memory(oom, SM120).values and carried.weight == MEMORY_WEIGHT
     assert warm.used[0].told == (carried.lesson.reads(),) and "as `cuda-graph-max-bs: >= 128` did" in \
         warm.used[0].told[0]
 
@@ -100,8 +102,8 @@ def test_a_warm_start_tells_the_sampler_the_moved_memory_bounds():
             return 0.0
 
     odds = warm.prior.odds(Own(), [])
-    assert odds.log_run({"cuda-graph-max-bs": 64}, {}) == pytest.approx(-math.log1p(MEMORY_WEIGHT))
-    assert odds.log_run({"cuda-graph-max-bs": 32}, {}) == 0.0
+    assert odds.log_run({"cuda-graph-max-bs": 128}, {}) == pytest.approx(-math.log1p(MEMORY_WEIGHT))
+    assert odds.log_run({"cuda-graph-max-bs": 16}, {}) == 0.0
 
 
 def test_a_configuration_of_another_space_is_adapted_to_this_one():
