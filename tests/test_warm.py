@@ -15,7 +15,8 @@ from tuner._failures import FailureKind
 from tuner._knowledge import GoodConfig, Knowledge, Lesson
 from tuner._spec import parse_spec
 from tuner._study import _initialise, make_sampler
-from tuner._warm import HALF_LIFE, Ghost, Prior, KERNEL_WEIGHT, adapt, fit_memory, lesson_weight, similarity, warm_start
+from tuner._warm import (HALF_LIFE, KERNEL_WEIGHT, MEMORY_WEIGHT, SCALE_POWER, Ghost, Prior, adapt, fit_memory,
+                         lesson_weight, scale_memory, similarity, warm_start)
 
 SM120 = {"engine": {"name": "sglang", "version": "0.5.6"},
          "gpus": {"name": "RTX PRO 6000", "compute_capability": "12.0", "count": 8, "memory_gb": 95.6},
@@ -42,15 +43,67 @@ def test_kernel_failures_carry_to_the_same_gpu_architecture_and_version_whatever
     assert lesson_weight(nan, _with(SM120, engine={"name": "vllm"})) == 0
 
 
-def test_memory_failures_carry_scaled_by_how_heavy_the_model_is_for_its_memory():
+def test_memory_failures_carry_to_any_gpu_where_the_model_and_memory_are_known():
     oom = Lesson({"cuda-graph-max-bs": {"at-least": 128}}, FailureKind.OOM, SM120)
-    full = lesson_weight(oom, _with(SM120, gpus={"compute_capability": "9.0"}))  # another GPU: memory alone counts
-    assert full > 0
-    assert lesson_weight(oom, _with(SM120, model={"params_b": 900.0})) == full  # heavier: at least as likely
-    assert lesson_weight(oom, _with(SM120, model={"params_b": 558.0})) == pytest.approx(0.75 * full)
-    assert lesson_weight(oom, _with(SM120, gpus={"memory_gb": 141.0, "count": 8}, model={"params_b": 744.0})) \
-        == pytest.approx(full * 95.6 / 141.0)
-    assert lesson_weight(oom, _with(SM120, model={"params_b": 300.0})) == 0  # less than half as heavy
+    assert lesson_weight(oom, _with(SM120, gpus={"compute_capability": "9.0"})) == MEMORY_WEIGHT
+    assert lesson_weight(oom, _with(SM120, model={"params_b": 8.0})) == MEMORY_WEIGHT  # its bounds move instead
+    assert lesson_weight(oom, _with(SM120, engine={"version": "0.5.23"})) == MEMORY_WEIGHT
+    assert lesson_weight(oom, _with(SM120, model={"params_b": None})) == 0  # no size: nothing to scale it by
+    assert lesson_weight(oom, _with(SM120, engine={"name": "vllm"})) == 0
+
+
+def test_a_tensor_parallel_size_that_ran_out_of_memory_warns_of_larger_ones_for_a_heavier_model():
+    light = _with(SM120, model={"params_b": 372.0})  # half of GLM-5's 744B
+    oom = Lesson({"tp-size": 1}, FailureKind.OOM, light)
+    heavier = scale_memory(oom, SM120)
+    assert heavier.values == {"tp-size": {"at-most": 2}} and heavier.scaled_from == {"tp-size": 1}
+    assert heavier.matches({"tp-size": 2}) and not heavier.matches({"tp-size": 4})
+    assert heavier.reads() == ("`tp-size: <= 2` runs out of memory here, as `tp-size: 1` did with GLM-5 (372B) on "
+                               "8x 95.6 GB, SGLang 0.5.6")
+    # Twice the memory per GPU holds twice the weights: the same sizes as for the lighter model on the smaller GPUs.
+    assert scale_memory(oom, _with(SM120, gpus={"memory_gb": 191.2})).values == {"tp-size": {"at-most": 1}}
+    lighter = scale_memory(Lesson({"tp-size": {"at-most": 2}}, FailureKind.OOM, SM120), light)
+    assert lighter.values == {"tp-size": {"at-most": 1}}  # half as heavy: tp 2 holds it
+    far_lighter = scale_memory(oom, _with(SM120, model={"params_b": 100.0}))
+    assert not far_lighter.matches({"tp-size": 1})  # even one GPU holds it
+
+
+def test_memory_bounds_move_with_weights_per_gpu_over_memory_per_gpu():
+    light = _with(SM120, model={"params_b": 186.0})  # a quarter of GLM-5's 744B
+    ratio = 4 ** SCALE_POWER  # how much sooner GLM-5 runs out of memory
+    learnt = Lesson({"attention-backend": "b", "cuda-graph-max-bs": {"at-least": 128}}, FailureKind.OOM, light,
+                    capture=True)
+    moved = scale_memory(learnt, SM120)  # heavier per GPU: runs out from a smaller graph size
+    assert moved.values == {"attention-backend": "b", "cuda-graph-max-bs": {"at-least": pytest.approx(128 / ratio)}}
+    assert moved.capture and moved.kind == FailureKind.OOM
+    assert moved.matches({"attention-backend": "b", "cuda-graph-max-bs": 64 if ratio >= 2 else 128})
+    # Four times as many GPUs share the weights: each holds what it held, the bound stays.
+    assert scale_memory(learnt, _with(SM120, gpus={"count": 32})).values == learnt.values
+    too_little = Lesson({"mem-fraction-static": {"at-most": 0.2}}, FailureKind.OOM, light)  # no room for a KV pool
+    assert scale_memory(too_little, SM120).values == {"mem-fraction-static": {"at-most": pytest.approx(0.2 * ratio)}}
+    too_much = Lesson({"mem-fraction-static": {"at-least": 0.9}}, FailureKind.OOM, light)  # no room for graphs
+    assert scale_memory(too_much, SM120).values == {
+        "mem-fraction-static": {"at-least": pytest.approx(1 - 0.1 * ratio)}}
+    assert scale_memory(too_much, light) is too_much  # the same model and GPUs: as learnt
+    assert scale_memory(too_much, _with(SM120, model={"params_b": None})) is too_much  # no size to scale by
+
+
+def test_a_warm_start_tells_the_sampler_the_moved_memory_bounds():
+    light = _with(SM120, model={"params_b": 186.0})
+    oom = Lesson({"cuda-graph-max-bs": {"at-least": 128}}, FailureKind.OOM, light)
+    warm = warm_start([Knowledge("study 'light'", (oom,), context=light)], SPEC.space, SM120)
+    (carried,) = warm.prior.lessons
+    assert carried.lesson.values == scale_memory(oom, SM120).values and carried.weight == MEMORY_WEIGHT
+    assert warm.used[0].told == (carried.lesson.reads(),) and "as `cuda-graph-max-bs: >= 128` did" in \
+        warm.used[0].told[0]
+
+    class Own:
+        def log_run(self, params, space):
+            return 0.0
+
+    odds = warm.prior.odds(Own(), [])
+    assert odds.log_run({"cuda-graph-max-bs": 128}, {}) == pytest.approx(-math.log1p(MEMORY_WEIGHT))
+    assert odds.log_run({"cuda-graph-max-bs": 16}, {}) == 0.0
 
 
 def test_a_configuration_of_another_space_is_adapted_to_this_one():

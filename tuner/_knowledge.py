@@ -56,6 +56,7 @@ class Lesson:
     study: str = ""
     trials: tuple[int, ...] = ()
     capture: bool = False  # learnt from a failed CUDA graph capture: speaks only of configurations that capture
+    scaled_from: Mapping[str, Any] | None = None  # the values as learnt, where a warm start moved them (_warm.py)
 
     @property
     def carries(self) -> str | None:
@@ -82,7 +83,11 @@ class Lesson:
             return f"`{values}` {verb}" + (f" on SM{arch}" if arch else "") + f" with {version}"
         size = f" ({model['params_b']:g}B)" if model.get("params_b") else ""
         memory = f" on {gpus['count']}x {gpus['memory_gb']:g} GB" if gpus.get("count") and gpus.get("memory_gb") else ""
-        return f"`{values}` {verb} with {model.get('name') or 'a model'}{size}{memory}, {version}"
+        who = f"{model.get('name') or 'a model'}{size}{memory}, {version}"
+        if self.scaled_from is None:
+            return f"`{values}` {verb} with {who}"
+        learnt = ", ".join(f"{name}: {_value_text(v)}" for name, v in self.scaled_from.items())
+        return f"`{values}` {verb} here, as `{learnt}` did with {who}"
 
     def to_entry(self) -> dict[str, Any]:
         entry = {"reads": self.reads(), "values": dict(self.values), "kind": self.kind.value}

@@ -7,10 +7,12 @@
 What carries over, and how much:
 - **Lessons** (failing values): a kernel's failure (NaN, garbage, a crash at start or at capture, a refused shape)
   only to a study on the same GPU architecture (compute capability) and engine version, whatever the model; an
-  out-of-memory one to any GPU, counted by how heavy the model is for its memory (`memory_pressure`): in full
-  where this study's model weighs as much or more per GB of GPU memory, in proportion where it weighs less, not
-  at all below half. A carried lesson counts as KERNEL_WEIGHT (MEMORY_WEIGHT) failed trials of this study per
-  failure it took the blame of, at most MAX_WEIGHT, halving every HALF_LIFE trials this study finishes.
+  out-of-memory one (at load, at capture, a KV pool too small) to any GPU, its bounds moved to this study's
+  model and GPUs (`scale_memory`): a tensor-parallel size by how heavy the model is for one GPU's memory
+  (`tp-size: 1` that ran out of memory warns `tp-size <= 2` for a model twice as heavy), every other bound by
+  its weights per GPU over the memory per GPU (`memory_pressure`). A carried lesson counts as KERNEL_WEIGHT
+  (MEMORY_WEIGHT) failed trials of this study per failure it took the blame of, at most MAX_WEIGHT, halving every
+  HALF_LIFE trials this study finishes.
 - **Good configurations**: each earlier study's best ones, from the same engine on the same GPU architecture
   only, adapted to this space (flags it lacks dropped, values snapped to its grid, the flags it adds as the
   baseline has them; a lighter model's tensor-parallel size raised to hold this model's weights, or the
@@ -32,15 +34,20 @@ from typing import Any
 from optuna.trial import FrozenTrial
 
 from ._failures import KERNEL, MEMORY, FailureKind
-from ._knowledge import GoodConfig, Knowledge, Lesson
+from ._knowledge import AT_LEAST, AT_MOST, GoodConfig, Knowledge, Lesson
 from ._space import Param, Space
-from ._tpe import _violation
+from ._tpe import _is_number, _violation
 
 KERNEL_WEIGHT = 20.0  # failed trials of this study that one kernel failure on the same GPU and version counts as
-MEMORY_WEIGHT = 8.0  # and one out-of-memory failure of a model at least as heavy for its GPUs' memory
+MEMORY_WEIGHT = 20.0  # and one out-of-memory failure, its bounds moved to this model and GPUs
 MAX_WEIGHT = 20.0
 HALF_LIFE = 8  # this study's finished trials after which a carried lesson counts half as much
-MIN_PRESSURE_RATIO = 0.5  # a model less than half as heavy for its memory learns nothing from another's OOM
+# How far a memory bound other than the tensor-parallel size moves with the ratio of weights per GPU over memory
+# per GPU (this study's over the lesson's): ratio ** SCALE_POWER. Under 1: graphs and activations grow with a
+# model's width, more slowly than its weights. On training family 0 (benchmarks/transfer.py --families 0-0, 4
+# seeds), MEMORY_WEIGHT 8 -> 20 and SCALE_POWER 1 -> 0.5: warm from 1 19.5 -> 19 restarts to 98% (cold 20),
+# crash/NaN in the first 10 13.1% -> 12.5% (cold 21.9%), warm from 3 24.5 -> 20.5; before scaling, 31 and 16%.
+SCALE_POWER = 0.5
 # In TPE's density of good configurations, per carried configuration, times similarity. Off: on the training
 # families (benchmarks/transfer.py --families 0-3 --seeds 2) 0 did as well as 0.5 from the same GPU architecture
 # (restarts to 98% 28.5 both, crash/NaN 12.8% vs 13.4%), and 0 beat 0.5 from any GPU on families 0-1.
@@ -49,6 +56,9 @@ RANK_DECAY = 0.7  # a study's second-best configuration counts this much of its 
 MAX_FIRST = 3  # configurations tried right after the baseline
 MAX_TOLD = 8  # lessons per source the study's `learned` attr spells out
 TP_FLAGS = ("tp-size", "tensor-parallel-size")  # the flag that splits the weights over GPUs (SGLang, vLLM)
+# The share of GPU memory the engine takes for weights, KV and graphs (SGLang, vLLM): too low, the weights leave
+# no KV pool; too high, nothing is left to capture graphs in.
+FRACTION_FLAGS = ("mem-fraction-static", "gpu-memory-utilization")
 
 # Bytes per parameter of quantized weights (quant_method in config.json), else the dtype's width.
 _QUANT_BYTES = {"modelopt_fp4": 0.5625, "nvfp4": 0.5625, "fp4": 0.5625, "mxfp4": 0.5625, "awq": 0.5, "gptq": 0.5,
@@ -138,6 +148,8 @@ def warm_start(knowledge: Sequence[Knowledge], space: Space, context: Mapping[st
     for k in knowledge:
         for lesson in k.lessons:
             weight = lesson_weight(lesson, context)
+            if weight > 0 and lesson.carries == MEMORY:
+                lesson = scale_memory(lesson, context)
             if weight > 0 and all(name in space.params for name in lesson.values):
                 carried.append(CarriedLesson(lesson, weight))
                 told.setdefault(k.source, []).append(carried[-1])
@@ -191,12 +203,52 @@ def lesson_weight(lesson: Lesson, context: Mapping[str, Any]) -> float:
         same = _same_architecture(source, context) and engine.get("version") \
             and engine.get("version") == their_engine.get("version")
         return min(MAX_WEIGHT, KERNEL_WEIGHT * lesson.blame) if same else 0.0
-    if lesson.carries == MEMORY:
-        ours, theirs = memory_pressure(context), memory_pressure(source)
-        if ours is None or theirs is None or ours < MIN_PRESSURE_RATIO * theirs:
-            return 0.0
-        return min(MAX_WEIGHT, MEMORY_WEIGHT * lesson.blame * min(1.0, ours / theirs))
+    if lesson.carries == MEMORY:  # its bounds move with the model and GPUs (scale_memory), not its weight
+        known = memory_pressure(context) is not None and memory_pressure(source) is not None
+        return min(MAX_WEIGHT, MEMORY_WEIGHT * lesson.blame) if known else 0.0
     return 0.0
+
+
+def scale_memory(lesson: Lesson, target: Mapping[str, Any]) -> Lesson:
+    """An out-of-memory lesson with its bounds moved from the context it was learnt in to `target`'s.
+
+    - A tensor-parallel size that ran out of memory (it, or at most it) by how heavy the model is for one GPU's
+      memory (`_weights_per_gpu`): at most 1 becomes at most 2 for a model twice as heavy on GPUs as big, and
+      matches no size for a model half as heavy (it fits where the other did not).
+    - Every other bound by `ratio` = (weights per GPU over memory per GPU here, over there) ** SCALE_POWER: what
+      ran out of memory from too little (at most: a memory fraction that left no KV pool) by ratio; from too much
+      (at least: graph sizes, running requests, a memory fraction that left no room for graphs) by 1 / ratio, a
+      memory fraction's free share (1 - fraction) by ratio. A heavier model runs out sooner.
+    - A single value of any other flag, and a choice, as they were.
+    Unchanged where either context lacks the model's size or the GPUs' memory."""
+    source = lesson.context
+    ours, theirs = memory_pressure(target), memory_pressure(source)
+    heavy, their_heavy = _weights_per_gpu(target), _weights_per_gpu(source)
+    if not (ours and theirs and heavy and their_heavy):
+        return lesson
+    ratio = (ours / theirs) ** SCALE_POWER
+    values: dict[str, Any] = {}
+    for name, want in lesson.values.items():
+        side, bound = next(iter(want.items())) if isinstance(want, Mapping) else (None, want)
+        if not _is_number(bound):
+            values[name] = want
+        elif name in TP_FLAGS and side != AT_LEAST:
+            values[name] = {AT_MOST: _bound(bound * heavy / their_heavy)}
+        elif side == AT_MOST:
+            values[name] = {AT_MOST: _bound(bound * ratio)}
+        elif side == AT_LEAST and name in FRACTION_FLAGS:
+            values[name] = {AT_LEAST: _bound(1 - (1 - bound) * ratio)}
+        elif side == AT_LEAST:
+            values[name] = {AT_LEAST: _bound(bound / ratio)}
+        else:
+            values[name] = want
+    return lesson if values == dict(lesson.values) else replace(lesson, values=values, scaled_from=lesson.values)
+
+
+def _bound(value: float) -> float | int:
+    """A moved bound without float noise (2.0000000001 -> 2): at-most 2 must still match a size of 2."""
+    value = round(value, 6)
+    return int(value) if value == int(value) else value
 
 
 def fit_memory(params: dict[str, Any] | None, space: Space, source: Mapping[str, Any],
