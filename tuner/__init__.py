@@ -5,19 +5,10 @@ The public names are re-exported here; the modules behind them are private.
 
 from __future__ import annotations
 
-from ._errors import (
-    FlagCheckError,
-    NoEligibleTrialError,
-    ServerError,
-    SpaceError,
-    StorageError,
-    StudyMismatchError,
-    TunerError,
-    UsageError,
-)
+from ._errors import (FlagCheckError, NoEligibleTrialError, ServerError, SpaceError, StorageError, StudyMismatchError,
+                      TunerError, UsageError)
 from ._failures import FailureKind, FailureRecord, TrialFailure
-from ._space import ServerConfig, Space
-from ._spec import Spec, load_spec, parse_spec
+from .spec import ServerConfig, Space, Spec, load_spec, parse_spec
 
 __version__ = "0.1.0"
 

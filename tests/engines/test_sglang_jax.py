@@ -20,10 +20,10 @@ from optuna.trial import TrialState
 
 from conftest import REPO, remains_of
 from tuner._failures import FailureKind, TrialFailure
-from tuner._gate import run_gate
-from tuner._probe import run_probe
-from tuner._procs import free_port
-from tuner._spec import GatePrompt, GateSpec, ProbeSpec
+from tuner.trial._gate import run_gate
+from tuner.trial._probe import run_probe
+from tuner.trial._procs import free_port
+from tuner.spec._spec import GatePrompt, GateSpec, ProbeSpec
 from tuner.engines import get_engine
 
 VENV_PYTHON = REPO / ".venv-sgljax" / "bin" / "python"

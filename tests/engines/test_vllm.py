@@ -17,9 +17,9 @@ import yaml
 from optuna.trial import TrialState
 
 from conftest import REPO
-from tuner._launch import LaunchRequest, launch
-from tuner._procs import free_port
-from tuner._teardown import stop_server
+from tuner.trial._launch import LaunchRequest, launch
+from tuner.trial._procs import free_port
+from tuner.trial._teardown import stop_server
 from tuner.engines import get_engine
 
 VENV_PYTHON = REPO / ".venv-vllm" / "bin" / "python"

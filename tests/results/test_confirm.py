@@ -121,7 +121,7 @@ def test_confirm_reranks_a_lucky_first_measurement_and_export_prefers_the_confir
 
 
 def test_bootstrap_is_sure_of_separated_runs_and_not_of_overlapping_ones():
-    from tuner._certainty import SURE, compare
+    from tuner.results._certainty import SURE, compare
 
     # Every run of the winner above every run of the other: no resample reverses them.
     apart = compare([1010.0, 1020.0, 1030.0], [990.0, 995.0, 1000.0])

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from conftest import FAULT_SPACE, Tuner
-from tuner._procs import free_port
+from tuner.trial._procs import free_port
 
 
 @pytest.fixture(scope="module")

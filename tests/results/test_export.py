@@ -426,7 +426,7 @@ def _server_info_of(command: str, folder: Path, env: dict[str, str]) -> tuple[di
     """Start `command` (a shell line, as printed) on a free port; its /server_info and its environment."""
     import httpx
 
-    from tuner._procs import free_port, port_holders
+    from tuner.trial._procs import free_port, port_holders
 
     port = free_port()
     proc = subprocess.Popen(["sh", "-c", f"{command} --host 127.0.0.1 --port {port}"], cwd=folder, env=env,

@@ -6,7 +6,7 @@ import re
 
 from conftest import FAULT_SPACE
 
-from tuner._progress import MESSAGE_WIDTH, progress_line
+from tuner.results._progress import MESSAGE_WIDTH, progress_line
 
 TRIAL_LINE = re.compile(r"^\[(\d+)/(\d+)\] trial +(\d+) ")
 

@@ -10,7 +10,7 @@ import optuna
 import pytest
 
 from conftest import FAULT_SPACE, Tuner
-from tuner._show import failure_breakdown
+from tuner.results._show import failure_breakdown
 from tuner.sim._args import build_parser
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -148,7 +148,7 @@ def test_pareto_labels_never_overlap():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from tuner._report import label_points
+    from tuner.results._report import label_points
 
     fig, ax = plt.subplots(figsize=(9, 5))
     points = [(100 + i * 2, 2000 - i * 3, f"#{i}") for i in range(12)] + [(400, 1500, "#99")]

@@ -1,4 +1,4 @@
-"""The study's context (tuner/_context.py): recorded by a real run against the simulator, shown by `show`, and
+"""The study's context (tuner/search/_context.py): recorded by a real run against the simulator, shown by `show`, and
 kept on resume where a poorer one comes along."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import json
 import optuna
 
 from conftest import FAULT_SPACE
-from test_model_facts import LLAMA
-from tuner._context import ATTR, ContextRecorder, describe
-from tuner._spec import parse_spec
+from .test_model_facts import LLAMA
+from tuner.search._context import ATTR, ContextRecorder, describe
+from tuner.spec._spec import parse_spec
 
 
 def test_a_run_records_its_context_and_show_prints_it(tuner, tmp_path):

@@ -12,10 +12,10 @@ import time
 import pytest
 
 from conftest import REPO
-from tuner._context import gpu_facts
+from tuner.search._context import gpu_facts
 from tuner._errors import UsageError
-from tuner._gpus import GpuProbe, MemoryBaseline, check_gpu_ids, parse_gpu_list
-from tuner._slots import NotEnoughGpus, SlotPool
+from tuner.search._gpus import GpuProbe, MemoryBaseline, check_gpu_ids, parse_gpu_list
+from tuner.search._slots import NotEnoughGpus, SlotPool
 
 PROBE = GpuProbe()
 needs_gpu = pytest.mark.skipif(PROBE.backend == "none", reason=f"no GPU visible: {PROBE.reason}")

@@ -1,4 +1,4 @@
-"""What a study's failures teach (tuner/_knowledge.py): the values that explain them, its best configurations, and
+"""What a study's failures teach (tuner/search/_knowledge.py): the values that explain them, its best configurations, and
 the knowledge file written and read back."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from optuna.trial import TrialState
 
 from tuner._errors import KnowledgeError
 from tuner._failures import FailureKind
-from tuner._knowledge import Lesson, knowledge_of_trials, read_knowledge, render
+from tuner.search._knowledge import Lesson, knowledge_of_trials, read_knowledge, render
 
 SM120 = {"engine": {"name": "sglang", "version": "0.5.6"},
          "gpus": {"name": "RTX PRO 6000", "compute_capability": "12.0", "count": 8, "memory_gb": 95.6},

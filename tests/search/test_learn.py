@@ -1,5 +1,5 @@
 """`run --learn-from` and `knowledge export` through the command line: real tuner processes, real simulated servers,
-real SQLite studies (tuner/_learn.py, tuner/_warm.py, tuner/_knowledge.py)."""
+real SQLite studies (tuner/search/_learn.py, tuner/search/_warm.py, tuner/search/_knowledge.py)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
-"""tuner/_model_facts.py: a model folder's config.json read as the study's context records it."""
+"""tuner/search/_model_facts.py: a model folder's config.json read as the study's context records it."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from tuner._model_facts import read_model_facts
+from tuner.search._model_facts import read_model_facts
 
 # Llama-3-8B's config.json, as Hugging Face ships it (the keys the facts come from, and a few that do not count).
 LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
@@ -53,7 +53,7 @@ def test_a_quantized_moe_names_its_experts_and_method_and_is_sized_from_shapes(t
 
 
 def test_mixtral_and_qwen_spell_their_expert_counts_otherwise():
-    from tuner._model_facts import facts_from_config
+    from tuner.search._model_facts import facts_from_config
 
     assert facts_from_config({"num_local_experts": 8, "num_experts_per_tok": 2}).experts == 8
     assert facts_from_config({"num_experts": 128, "num_experts_per_tok": 8}).experts_per_token == 8

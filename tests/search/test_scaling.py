@@ -24,9 +24,9 @@ import pytest
 from optuna.trial import TrialState
 
 from conftest import REPO, instant_space
-from tuner._procs import group_members, start_time
-from tuner._study import open_storage, study_lock
-from tuner._teardown import boot_id, end_orphans, this_worker, write_record
+from tuner.trial._procs import group_members, start_time
+from tuner.search._study import open_storage, study_lock
+from tuner.trial._teardown import boot_id, end_orphans, this_worker, write_record
 
 PG_ENV = "TUNER_TEST_POSTGRES_URL"
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)

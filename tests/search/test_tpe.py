@@ -14,8 +14,8 @@ from optuna.trial import TrialState
 from conftest import REPO, instant_space
 from tuner import parse_spec
 from tuner._failures import failed_capturing
-from tuner._study import make_sampler
-from tuner._tpe import BatchLimit, CrashAwareTPE, GraphAwareOdds, Replicas, RunOdds
+from tuner.search._study import make_sampler
+from tuner.search._tpe import BatchLimit, CrashAwareTPE, GraphAwareOdds, Replicas, RunOdds
 from tuner.engines import get_engine
 
 # A server that runs out of memory at graph capture only above max batch 48 (seen from outside: after one OOM
@@ -279,7 +279,7 @@ def test_where_the_results_say_nothing_of_it_a_limit_below_the_load_is_seldom_pr
 
 # CrashAwareTPE re-implements TPESampler._sample with two additions and calls these private parts of
 # Optuna 5.0.0 (pinned in pyproject.toml). A new Optuna that changes any of them must fail here, not
-# silently change what the tuner proposes: compare the new source with tuner/_tpe.py, then update the digest.
+# silently change what the tuner proposes: compare the new source with tuner/search/_tpe.py, then update the digest.
 PRIVATE_PARTS = {
     "TPESampler._sample": "412acdfded738af3",
     "TPESampler._sample_relative": "45c7c54bec2572b4",

@@ -1,4 +1,4 @@
-"""Warm start without a server (tuner/_warm.py): what carries to which context, configurations adapted to another
+"""Warm start without a server (tuner/search/_warm.py): what carries to which context, configurations adapted to another
 space, and the sampler told of failures and good configurations, driven in-process."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from optuna.trial import TrialState
 
 from conftest import instant_space
 from tuner._failures import FailureKind
-from tuner._knowledge import GoodConfig, Knowledge, Lesson
-from tuner._spec import parse_spec
-from tuner._study import _initialise, make_sampler
-from tuner._warm import HALF_LIFE, Ghost, Prior, KERNEL_WEIGHT, adapt, fit_memory, lesson_weight, similarity, warm_start
+from tuner.search._knowledge import GoodConfig, Knowledge, Lesson
+from tuner.spec._spec import parse_spec
+from tuner.search._study import _initialise, make_sampler
+from tuner.search._warm import HALF_LIFE, Ghost, Prior, KERNEL_WEIGHT, adapt, fit_memory, lesson_weight, similarity, warm_start
 
 SM120 = {"engine": {"name": "sglang", "version": "0.5.6"},
          "gpus": {"name": "RTX PRO 6000", "compute_capability": "12.0", "count": 8, "memory_gb": 95.6},

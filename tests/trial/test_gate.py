@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from tuner._failures import FailureKind, TrialFailure
-from tuner._gate import run_gate
-from tuner._spec import GatePrompt, GateSpec
+from tuner.trial._gate import run_gate
+from tuner.spec._spec import GatePrompt, GateSpec
 from tuner.engines import SGLang
 from tuner.sim._profile import PROFILE_DIR
 

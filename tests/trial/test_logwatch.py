@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tuner._failures import FailureKind
-from tuner._logwatch import MAX_LINE, LogWatcher, exception_line
+from tuner.trial._logwatch import MAX_LINE, LogWatcher, exception_line
 from tuner.engines import get_engine
 
 JAX_CHAIN = textwrap.dedent("""\
@@ -119,7 +119,7 @@ def test_a_burst_of_log_output_keeps_the_watcher_small(tmp_path):
     code = textwrap.dedent(f"""
         import resource, sys
         from pathlib import Path
-        from tuner._logwatch import LogWatcher
+        from tuner.trial._logwatch import LogWatcher
         from tuner.engines import get_engine
         log = Path(sys.argv[1])
         watcher = LogWatcher(log, get_engine("sglang"))
@@ -146,7 +146,7 @@ def test_a_real_prefill_graph_capture_oom_of_sglang_0517_reads_as_oom(tmp_path):
     """SGLang 0.5.17 on an H100 (mem-fraction-static 0.96, breakable prefill graphs): the first fatal line is
     "CUDA error: the operation cannot be performed in the present state"; the cause, "CUDA error: out of
     memory", comes in the scheduler's traceback after it. The cause wins: the fix is memory, not the kernels."""
-    real = (Path(__file__).parent / "data" / "sglang-0.5.17-prefill-capture-oom.log").read_text()
+    real = (Path(__file__).parents[1] / "data" / "sglang-0.5.17-prefill-capture-oom.log").read_text()
     log = tmp_path / "server.log"
     log.write_text(real)
     watcher = LogWatcher(log, get_engine("sglang"))

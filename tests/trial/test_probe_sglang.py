@@ -8,8 +8,8 @@ import re
 
 import httpx
 
-from tuner._probe import run_probe
-from tuner._spec import ProbeSpec
+from tuner.trial._probe import run_probe
+from tuner.spec._spec import ProbeSpec
 from tuner.engines import get_engine
 
 WORDS = "the river runs past the old market where people sell green paper and small tables".split()

@@ -11,13 +11,13 @@ from optuna_dashboard._note import get_note_from_system_attrs
 
 from conftest import REPO, instant_space
 from test_bad_input import assert_refused
-from tuner._arrivals import send_offsets
+from tuner.trial._arrivals import send_offsets
 from tuner._failures import TrialFailure
-from tuner._goodput import goodput, steady_output_throughput
-from tuner._probe import RequestResult, run_probe
-from tuner._pruner import BehindTheBest
-from tuner._ratesearch import Bracket
-from tuner._spec import ProbeSpec
+from tuner.trial._goodput import goodput, steady_output_throughput
+from tuner.trial._probe import RequestResult, run_probe
+from tuner.search._pruner import BehindTheBest
+from tuner.trial._ratesearch import Bracket
+from tuner.spec._spec import ProbeSpec
 from tuner.engines import get_engine
 
 

@@ -1,4 +1,4 @@
-"""The probe's HTTP client (tuner/_stream_client.py) against a scripted asyncio server: framing split at
+"""The probe's HTTP client (tuner/trial/_stream_client.py) against a scripted asyncio server: framing split at
 every byte, keep-alive reuse, a pooled connection the server closed, silence, and error bodies."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tuner._stream_client import StreamClient, StreamError, StreamTimeout, _ChunkedDecoder, _SSELines
+from tuner.trial._stream_client import StreamClient, StreamError, StreamTimeout, _ChunkedDecoder, _SSELines
 
 
 def chunked(*parts: bytes) -> bytes:

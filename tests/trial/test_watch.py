@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tuner._watch import Limits, hung
+from tuner.trial._watch import Limits, hung
 
 # A first gate request after readiness saw a generation: request-timeout 60, first-request-timeout 600, stall 20.
 FIRST = Limits(timeout=60, cap=600, stall=20)

@@ -10,9 +10,9 @@ import pytest
 from conftest import instant_space
 from sim.simproc import SimFactory, quick_start_profile
 from test_bad_input import assert_refused
-from tuner._probe import run_probe
-from tuner._spec import ProbeSpec, SharedPrefix, parse_spec
-from tuner._workloads import make_workload
+from tuner.trial._probe import run_probe
+from tuner.spec._spec import ProbeSpec, SharedPrefix, parse_spec
+from tuner.trial._workloads import make_workload
 from tuner.engines import get_engine
 
 SHAREGPT = [

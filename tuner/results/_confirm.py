@@ -2,7 +2,7 @@
 
 One lucky measurement must not pick the winner: every re-measurement is a fresh server, and a
 candidate that fails the gate in any of them is out.
-How sure the ranking is (tuner/_certainty.py) is stored with the confirmations, for every screen to say.
+How sure the ranking is (tuner/results/_certainty.py) is stored with the confirmations, for every screen to say.
 """
 
 from __future__ import annotations
@@ -18,17 +18,17 @@ from typing import TextIO
 
 import optuna
 
-from ._errors import NoEligibleTrialError, UsageError
+from .._errors import NoEligibleTrialError, UsageError
+from ..engines import get_engine
+from ..search import load_study
+from ..spec import ServerConfig, parse_spec
+from ..trial import TrialContext, TrialPlan, free_port, run_trial
+from ..versions import SIM_SPEED
 from ._certainty import compare
-from ._procs import free_port
 from ._progress import duration
 from ._results import (CONFIRMATIONS_ATTR, CONFIRMED_ATTR, FIGURES, VERSUS_ATTR, certainty_lines, distinct_ranked,
-                       eligible, load_study, winner)
-from ._space import ServerConfig
-from ._spec import parse_spec
-from ._trial import TrialContext, TrialPlan, run_trial
+                       eligible, winner)
 from ._which_study import target_args
-from .engines import get_engine
 
 
 @dataclass(frozen=True)
@@ -67,8 +67,6 @@ def confirm(storage: str, study_name: str | None, top: int, repeats: int, workdi
     command = tuple(study.user_attrs.get("server_command") or get_engine(spec.engine).default_command)
     env = {**os.environ, **spec.server.env}
     if study.user_attrs.get("simulate"):
-        from ._run import SIM_SPEED
-
         env["TUNER_SIM_PROFILE"] = study.user_attrs["simulate"]
         for name, value in SIM_SPEED.items():
             env.setdefault(name, value)

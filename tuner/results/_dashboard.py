@@ -5,10 +5,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ._errors import UsageError
-from ._procs import port_is_free
-from ._redact import redact_url
-from ._study import open_storage, stored_study_names
+from .._errors import UsageError
+from .._redact import redact_url
+from ..search import open_storage, stored_study_names
+from ..trial import port_is_free
 
 
 def serve(storage_url: str, host: str, port: int, workdir: str) -> None:

@@ -7,7 +7,6 @@ import json
 import os
 import shlex
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -15,11 +14,13 @@ from typing import Any
 import optuna
 import yaml
 
-from ._ratesearch import slo_text
-from ._redact import redact_argv, redact_env, redact_url
-from ._results import Winner, certainty_lines, load_study, objective_metric, pareto_front, winner
+from .._files import write_atomically
+from .._redact import redact_argv, redact_env, redact_url
+from ..engines import flag_argv, get_engine
+from ..search import load_study
+from ..trial import slo_text
+from ._results import Winner, certainty_lines, objective_metric, pareto_front, winner
 from ._which_study import target_args
-from .engines import flag_argv, get_engine
 
 
 def _engine(study: optuna.Study, trial: optuna.trial.FrozenTrial):
@@ -181,9 +182,9 @@ def export(storage: str, study_name: str | None, out: str | None, fmt: str, numb
                   + (" (FILE: where you saved this)" if fmt == "yaml" else ""), file=sys.stderr, flush=True)
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
         return None
-    _write_atomically(path, text)
+    write_atomically(path, text)
     if script is not None:
-        _write_atomically(script, render_script(study, trial, path))
+        write_atomically(script, render_script(study, trial, path))
         script.chmod(0o755)
     print(f"{origin}: wrote {path}{f' and {script}' if script else ''}: {described}",
           *(f"  {line}" for line in certainty), *notes, sep="\n", file=sys.stderr)
@@ -215,16 +216,4 @@ def _pareto_lines(study: optuna.Study, number: int | None) -> None:
               file=sys.stderr)
         for t in sorted(pareto_front(study), key=lambda t: t.number):
             print(f"  trial {t.number}: {', '.join(f'{v:.1f}' for v in t.values)}", file=sys.stderr)
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 

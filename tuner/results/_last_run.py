@@ -14,8 +14,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._errors import UsageError
-from ._redact import MASK, redact_url
+from .._errors import UsageError
+from .._redact import MASK, redact_url
 
 RECORD_NAME = "last-run.json"
 

@@ -16,8 +16,8 @@ from typing import Any, TextIO
 import optuna
 from optuna.trial import TrialState
 
-from ._failures import FailureKind
-from ._spec import Spec
+from .._failures import FailureKind
+from ..spec import Spec
 
 
 class Progress:
@@ -160,7 +160,7 @@ def summary(study: optuna.Study, spec: Spec, top: int = 5, dashboard: str | None
             where: str = "") -> str:
     """The run's last screen: what happened, the winner (as export and show name it), what to do next.
     `where`: the --storage and --study every suggested command carries (_which_study.target_args)."""
-    from ._errors import NoEligibleTrialError
+    from .._errors import NoEligibleTrialError
     from ._results import certainty_lines, versus_baseline, winner
 
     trials = study.get_trials(deepcopy=False)

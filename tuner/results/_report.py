@@ -24,10 +24,11 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from ._errors import NoEligibleTrialError, UsageError
+from .._errors import NoEligibleTrialError, UsageError
+from ..search import load_study
+from ..trial import slo_text
 from ._export import launch_argv
-from ._ratesearch import slo_text
-from ._results import CONFIRMED_ATTR, certainty_lines, eligible, load_study, versus_baseline, winner
+from ._results import CONFIRMED_ATTR, certainty_lines, eligible, versus_baseline, winner
 from ._show import failure_breakdown
 from ._which_study import target_args
 

@@ -9,10 +9,10 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from .._errors import NoEligibleTrialError, StorageError
+from .._redact import redact_url
+from ..search import load_study, open_storage, stored_study_names
 from ._certainty import SURE, Comparison
-from ._errors import NoEligibleTrialError, StorageError
-from ._redact import redact_url
-from ._study import open_storage, stored_study_names
 
 CONFIRMED_ATTR = "confirmed_winner"
 CONFIRMATIONS_ATTR = "confirmations"
@@ -144,21 +144,6 @@ def distinct_ranked(study: optuna.Study) -> list[FrozenTrial]:
             seen.add(key)
             out.append(t)
     return out
-
-
-def load_study(storage_url: str, study_name: str | None) -> optuna.Study:
-    """The study to read; a storage without one is refused before Optuna opens it (which would create the file
-    and its tables)."""
-    names = stored_study_names(storage_url)
-    shown = redact_url(storage_url)
-    if study_name is None:
-        if len(names) > 1:
-            raise StorageError(f"{shown} holds several studies ({', '.join(names)})", "pass --study NAME")
-        study_name = names[0]
-    if study_name not in names:
-        raise StorageError(f"no study named {study_name!r} in {shown}",
-                           f"pass --study with one of: {', '.join(names)}")
-    return optuna.load_study(study_name=study_name, storage=open_storage(storage_url, heartbeat=False))
 
 
 def eligible(study: optuna.Study) -> list[FrozenTrial]:

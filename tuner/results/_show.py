@@ -9,12 +9,11 @@ from collections import Counter, defaultdict
 
 from optuna.trial import FrozenTrial, TrialState
 
-from ._context import ATTR as CONTEXT_ATTR, describe as describe_context
-from ._errors import NoEligibleTrialError
-from ._learn import ATTR as LEARNED_ATTR, describe as describe_learning
+from .._errors import NoEligibleTrialError
+from .._redact import redact_url
+from ..search import CONTEXT_ATTR, LEARNED_ATTR, describe_context, describe_learning, load_study
 from ._progress import fit, format_value, table
-from ._redact import redact_url
-from ._results import certainty_lines, load_study, objective_metric, winner
+from ._results import certainty_lines, objective_metric, winner
 from ._which_study import target_args
 
 # Each column one precision: throughput to 0.1 tok/s, TTFT to the ms, ITL to 0.1 ms, time to 0.1 s.

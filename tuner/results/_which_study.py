@@ -17,10 +17,10 @@ from pathlib import Path
 
 import optuna
 
-from ._errors import StorageError, UsageError
+from .._errors import StorageError, UsageError
+from .._redact import redact_url
+from ..search import stored_study_names
 from ._last_run import LastRun, read_last_run
-from ._redact import redact_url
-from ._study import stored_study_names
 
 DEFAULT_STORAGE = "sqlite:///trials.db"
 DEFAULT_WORKDIR = "runs"

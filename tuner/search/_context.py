@@ -18,10 +18,10 @@ from typing import Any
 
 import optuna
 
+from ..spec import Spec
+from ..versions import ServerVersion
 from ._gpus import GpuProbe
 from ._model_facts import ModelFacts, read_model_facts
-from ._server_version import ServerVersion
-from ._spec import Spec
 
 ATTR = "context"
 SCHEMA = 1
@@ -114,7 +114,7 @@ def workload_facts(spec: Spec) -> WorkloadFacts:
 def gpu_facts(probe: GpuProbe | None, gpu_ids: Sequence[int] | None, profile: str | None) -> GpuFacts:
     """The GPUs the study's trials may use (`gpu_ids`; None: every one visible)."""
     if profile is not None:
-        from .sim._profile import load_profile
+        from ..sim import load_profile
 
         simulated = load_profile(profile)
         hw = simulated.hardware
@@ -139,7 +139,7 @@ def model_facts(model_path: str, profile: str | None) -> ModelFacts:
     if facts.known or profile is None:
         return facts
     # A simulated study without a model folder: the model the simulator pretends to serve.
-    from .sim._profile import load_profile
+    from ..sim import load_profile
 
     p = load_profile(profile)
     m = p.model
@@ -156,7 +156,7 @@ def engine_facts(engine: str, read_back: str | None, asked: ServerVersion | None
     if asked is not None and asked.version:
         return EngineFacts(engine, asked.version, "package")
     if profile is not None:
-        from ._simulate import profile_version
+        from ..versions import profile_version
 
         return EngineFacts(engine, profile_version(profile), "simulator profile")
     return EngineFacts(engine, None, "unknown")

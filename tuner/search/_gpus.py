@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ._errors import UsageError
+from .._errors import UsageError
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,14 @@
 """Knowledge a study leaves for later ones: the values its failures blame, and its best configurations.
 
-A lesson is a suspect of the sampler's own rules (tuner/_tpe.py, `Shown.blames`) that explains some of a study's
+A lesson is a suspect of the sampler's own rules (tuner/search/_tpe.py, `Shown.blames`) that explains some of a study's
 failures: a value that never ran (`attention-backend: nsa`), an ordered value beyond every one that ran
 (`cuda-graph-max-bs: {at-least: 96}`), or a pair (a choice with an ordered value beyond every one it ran with).
-Each keeps the failure kind, the study's context (tuner/_context.py), the failures it explains (count, blame,
+Each keeps the failure kind, the study's context (tuner/search/_context.py), the failures it explains (count, blame,
 trials) and the first one's message. A failure that blames nothing in particular (every value in it ran
 elsewhere) teaches nothing to carry, and is left out.
 
 `knowledge export` writes the lessons as a file (YAML or JSON, `schema: 1`); `run --learn-from FILE` reads it
-back; `run --learn-from STUDY` derives them from the study itself (tuner/_learn.py).
+back; `run --learn-from STUDY` derives them from the study itself (tuner/search/_learn.py).
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import shlex
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,9 +27,12 @@ import optuna
 import yaml
 from optuna.trial import FrozenTrial, TrialState
 
+from .._errors import KnowledgeError
+from .._failures import KERNEL, MEMORY, FailureKind, carries_trial, failed_capturing
+from .._files import write_atomically
+from .._redact import redact_url
 from ._context import ATTR as CONTEXT_ATTR, ENGINE_NAMES
-from ._errors import KnowledgeError
-from ._failures import KERNEL, MEMORY, FailureKind, carries_trial, failed_capturing
+from ._study import load_study
 from ._tpe import AT, UP, Blame, Shown, _captures_graphs, _violation
 
 SCHEMA = 1
@@ -116,7 +121,7 @@ class Knowledge:
 
 def knowledge_of_trials(study: str, trials: Sequence[FrozenTrial], context: Mapping[str, Any], maximize: bool,
                         source: str | None = None) -> Knowledge:
-    """A study's lessons and best configurations, from its trials and its context attr (tuner/_context.py).
+    """A study's lessons and best configurations, from its trials and its context attr (tuner/search/_context.py).
     Usable without a server or a storage: benchmarks pass the trials of an in-memory study."""
     finished = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)
                 and t.user_attrs.get("reused_from") is None]
@@ -263,13 +268,6 @@ class _Dumper(yaml.SafeDumper):
 def export(storage: str, study_name: str | None, out: str, notes: Sequence[str] = ()) -> Path | None:
     """`knowledge export`: the study's lessons to `out` (.json: JSON, else YAML; '-': stdout), whole or not at all.
     The first line on stderr names the study and the file, then each entry as it reads."""
-    import shlex
-    import sys
-
-    from ._export import _write_atomically
-    from ._redact import redact_url
-    from ._results import load_study
-
     study = load_study(storage, study_name)
     knowledge = knowledge_of_study(study)
     fmt = "json" if out.endswith(".json") else "yaml"
@@ -278,7 +276,7 @@ def export(storage: str, study_name: str | None, out: str, notes: Sequence[str] 
     text = render(knowledge, fmt, command)
     path = None if out == "-" else Path(out)
     if path is not None:
-        _write_atomically(path, text)
+        write_atomically(path, text)
     count = len(knowledge.lessons)
     print(f"study '{study.study_name}' ({redact_url(storage)}): {count} entr{'y' if count == 1 else 'ies'} "
           f"written to {path or 'stdout'}", *(f"  {lesson.reads()}" for lesson in knowledge.lessons), *notes,

@@ -3,7 +3,7 @@
 A source is a study of the run's storage (its name), another storage (`sqlite:///other.db`: its studies;
 `URL#study`: one), or a knowledge file (`knowledge export`'s YAML or JSON). Without --learn-from, the studies of
 the run's storage on the same engine and GPU (name and compute capability) are used; `--learn-from none` starts
-cold. What is carried, and how much, is tuner/_warm.py's to say.
+cold. What is carried, and how much, is tuner/search/_warm.py's to say.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import Any
 
 import optuna
 
+from .._errors import KnowledgeError, StorageError
+from .._redact import redact_url
 from ._context import ATTR as CONTEXT_ATTR, richness
-from ._errors import KnowledgeError, StorageError
 from ._knowledge import Knowledge, knowledge_of_study, read_knowledge
-from ._redact import redact_url
 from ._study import open_storage, stored_study_names
 from ._warm import WarmStart
 

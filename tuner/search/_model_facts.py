@@ -1,6 +1,6 @@
 """What a model folder's `config.json` says about the model: its shape, experts, quantization and size.
 
-A study's context (tuner/_context.py) records these so that failures learnt on one model can be carried to
+A study's context (tuner/search/_context.py) records these so that failures learnt on one model can be carried to
 studies of models of the same shape. Only the folder is read, never the weights: a safetensors index's
 `total_size` is the one figure taken from outside config.json, as it is a few bytes of JSON.
 """

@@ -5,8 +5,7 @@ from __future__ import annotations
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from ._probe import PROGRESS_EVERY
-from ._ratesearch import RATE_STEPS
+from ..trial import PROGRESS_EVERY, RATE_STEPS
 
 
 class BehindTheBest(optuna.pruners.BasePruner):
@@ -15,9 +14,9 @@ class BehindTheBest(optuna.pruners.BasePruner):
     the rest of the level. One finished trial (the baseline) is enough to judge by. Otherwise the median
     rule decides, once `n_startup_trials` trials have finished.
 
-    Steps are the probe's (tuner/_probe.py): level index * 1000 + thousandths of the level's tokens; the
+    Steps are the probe's (tuner/trial/_probe.py): level index * 1000 + thousandths of the level's tokens; the
     first `warmup` thousandths of a level, dominated by prefill, are not judged. Steps past RATE_STEPS are
-    the rate search's (tuner/_ratesearch.py), judged by `_rate_search`."""
+    the rate search's (tuner/trial/_ratesearch.py), judged by `_rate_search`."""
 
     def __init__(self, noise: float = 0.5, warmup: int = 2 * PROGRESS_EVERY, n_startup_trials: int = 5) -> None:
         self.noise = noise

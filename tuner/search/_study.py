@@ -28,11 +28,11 @@ from optuna.storages._rdb.models import TrialModel, TrialUserAttributeModel
 from optuna.storages._rdb.storage import _create_scoped_session
 from optuna.trial import TrialState
 
-from ._errors import StorageError, StudyMismatchError, UsageError
-from ._redact import Redactor, redact_url
-from ._spec import Spec
+from .._errors import StorageError, StudyMismatchError, UsageError
+from .._redact import Redactor, redact_url
+from ..engines import get_engine
+from ..spec import Spec
 from ._tpe import CrashAwareTPE
-from .engines import get_engine
 
 if TYPE_CHECKING:
     from ._warm import Prior, WarmStart
@@ -450,9 +450,9 @@ _GP = _seeded_per_trial(optuna.samplers.GPSampler)
 
 
 def make_sampler(name: str, seed: int | None, spec: Spec, prior: Prior | None = None) -> optuna.samplers.BaseSampler:
-    """`prior`: what earlier studies tell this one (tuner/_warm.py); only TPE takes it."""
+    """`prior`: what earlier studies tell this one (tuner/search/_warm.py); only TPE takes it."""
     if name == "tpe":
-        # Figures for these settings: benchmarks/search_efficiency.py (tuner/_tpe.py says what differs from
+        # Figures for these settings: benchmarks/search_efficiency.py (tuner/search/_tpe.py says what differs from
         # Optuna's TPE and why).
         return _TPE(seed=seed, space=spec.space, engine=get_engine(spec.engine), load=_load(spec),
                     multivariate=True, constant_liar=True, n_startup_trials=6, prior=prior)
@@ -523,7 +523,7 @@ def load_or_create(storage: optuna.storages.BaseStorage, study_name: str, spec: 
 def _initialise(study: optuna.Study, spec: Spec, sampler_name: str,
                 first: Sequence[tuple[Mapping[str, Any], str]] = ()) -> None:
     """Set up a new study. `space_digest` is written last: loaders take it as 'ready'. `first`: configurations of
-    earlier studies (tuner/_warm.py), each with where it came from, to run right after the baseline."""
+    earlier studies (tuner/search/_warm.py), each with where it came from, to run right after the baseline."""
     if spec.space.baseline is not None:
         # First, so that the baseline is trial 0 whichever worker asks first.
         study.enqueue_trial(dict(spec.space.baseline), user_attrs={"baseline": True}, skip_if_exists=True)
@@ -562,3 +562,18 @@ def _pruner(spec: Spec) -> optuna.pruners.BasePruner:
     from ._pruner import BehindTheBest
 
     return BehindTheBest()
+
+
+def load_study(storage_url: str, study_name: str | None) -> optuna.Study:
+    """The study to read; a storage without one is refused before Optuna opens it (which would create the file
+    and its tables)."""
+    names = stored_study_names(storage_url)
+    shown = redact_url(storage_url)
+    if study_name is None:
+        if len(names) > 1:
+            raise StorageError(f"{shown} holds several studies ({', '.join(names)})", "pass --study NAME")
+        study_name = names[0]
+    if study_name not in names:
+        raise StorageError(f"no study named {study_name!r} in {shown}",
+                           f"pass --study with one of: {', '.join(names)}")
+    return optuna.load_study(study_name=study_name, storage=open_storage(storage_url, heartbeat=False))

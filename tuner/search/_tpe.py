@@ -34,11 +34,11 @@ Five changes, each because plain TPE wasted server restarts on the shipped or ge
    max-running-requests, vLLM's max-num-seqs, per replica) serves at most M of them; the log of M / C is
    added to the acquisition, as the chance to run is. Not a rule: results that say otherwise can outweigh it.
 
-What earlier studies found (tuner/_warm.py, `prior`) enters the same two places: the values their failures blame
+What earlier studies found (tuner/search/_warm.py, `prior`) enters the same two places: the values their failures blame
 lower P(runs | x) until a trial of this study runs them, and their best configurations join the density of good
 configurations as weighted observations ("ghosts"). Without a prior the sampler is exactly the one above.
 
-Built on TPESampler internals of Optuna 5.0.0 (pinned in pyproject.toml; tests/test_tpe.py fails when they
+Built on TPESampler internals of Optuna 5.0.0 (pinned in pyproject.toml; tests/search/test_tpe.py fails when they
 change): `_sample` is TPESampler's own with the additions marked. Its densities are built from the trials whose
 server ran; whether a server runs is the run odds' to say alone (Optuna would rank failed trials among the
 slowest as well, and a wrongly blamed flag value was then shunned twice over).
@@ -58,12 +58,12 @@ from optuna.distributions import BaseDistribution
 from optuna.samplers._tpe.sampler import _split_trials, default_gamma
 from optuna.trial import FrozenTrial, TrialState
 
-from ._failures import FailureKind, failed_capturing
-from ._space import Space
+from .._failures import FailureKind, failed_capturing
+from ..spec import Space
 
 if TYPE_CHECKING:
     from ._warm import Prior
-    from .engines import Engine
+    from ..engines import Engine
 
 _TAKEN = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
 _TRIES = 32  # redraws of a startup proposal before giving up on a fresh, allowed one
@@ -83,7 +83,7 @@ class CrashAwareTPE(optuna.samplers.TPESampler):
                  local_startup: bool = True, risk_aversion: float = RISK_AVERSION, prior: Prior | None = None,
                  **kwargs: Any) -> None:
         """`load`: the concurrency at which a throughput objective is measured (None for any other objective);
-        `prior`: what earlier studies tell this one (tuner/_warm.py)."""
+        `prior`: what earlier studies tell this one (tuner/search/_warm.py)."""
         super().__init__(**kwargs)
         self._prior = prior
         self._space = space
@@ -220,7 +220,7 @@ class CrashAwareTPE(optuna.samplers.TPESampler):
         finished = study._get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED),
                                      use_cache=True)
         odds = GraphAwareOdds.learn(finished)
-        # Warm start: failures of earlier studies that no trial of this one has contradicted (tuner/_warm.py).
+        # Warm start: failures of earlier studies that no trial of this one has contradicted (tuner/search/_warm.py).
         return odds if self._prior is None or not self._prior.lessons else self._prior.odds(odds, finished)
 
     def _build_parzen_estimator(self, study: optuna.Study, search_space: dict[str, BaseDistribution],
@@ -319,7 +319,7 @@ class BatchLimit:
     most what it reaches at concurrency 16. Known before the restart, this is weighed like the chance to run
     (its log added to TPE's acquisition): without it, TPE learned that 16 is slow only from 16's own trials,
     and a traced run on a generated landscape probed at 256 spent 9 of its 40 restarts on limits of 16 and 64.
-    tests/test_vllm.py checks the premise on vLLM's CPU server, from its own /metrics."""
+    tests/engines/test_vllm.py checks the premise on vLLM's CPU server, from its own /metrics."""
 
     flag: str  # SGLang's max-running-requests, vLLM's max-num-seqs
     replica_flag: str | None

@@ -1,6 +1,6 @@
 """Warm start: what earlier studies' knowledge tells a new one before its first trial, with no server needed.
 
-    warm = warm_start(knowledges, spec.space, context)   # Knowledge from tuner/_knowledge.py; context: the attr
+    warm = warm_start(knowledges, spec.space, context)   # Knowledge from tuner/search/_knowledge.py; context: the attr
     sampler = make_sampler("tpe", seed, spec, prior=warm.prior)
     _initialise(study, spec, "tpe", first=warm.first)     # the baseline, then warm.first, then try-first
 
@@ -31,9 +31,9 @@ from typing import Any
 
 from optuna.trial import FrozenTrial
 
-from ._failures import KERNEL, MEMORY, FailureKind
+from .._failures import KERNEL, MEMORY, FailureKind
+from ..spec import Param, Space
 from ._knowledge import GoodConfig, Knowledge, Lesson
-from ._space import Param, Space
 from ._tpe import _violation
 
 KERNEL_WEIGHT = 20.0  # failed trials of this study that one kernel failure on the same GPU and version counts as
@@ -132,7 +132,7 @@ class WarmStart:
 
 def warm_start(knowledge: Sequence[Knowledge], space: Space, context: Mapping[str, Any]) -> WarmStart:
     """What the knowledge tells a study of `space` in `context` (the context attr: engine, gpus, model,
-    workload; tuner/_context.py)."""
+    workload; tuner/search/_context.py)."""
     carried: list[CarriedLesson] = []
     told: dict[str, list[CarriedLesson]] = {}
     for k in knowledge:

@@ -22,17 +22,15 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from ._errors import TunerError
-from ._failures import HUNG_IN, FailureKind, FailureRecord
-from ._procs import free_port
-from ._record import FEASIBILITY, note_markdown, save_note, store_log, trial_attrs, upload_log
-from ._redact import Redactor
+from .._errors import TunerError
+from .._failures import HUNG_IN, FailureKind, FailureRecord
+from .._redact import Redactor
+from ..spec import ServerConfig, Spec
+from ..trial import (FEASIBILITY, WORKER_RECORD, TrialContext, TrialPlan, TrialResult, free_port, note_markdown,
+                     owner_alive, read_record, run_trial, save_note, store_log, this_worker, trial_attrs, upload_log,
+                     write_record)
 from ._slots import NotEnoughGpus, SlotPool
-from ._space import ServerConfig
-from ._spec import Spec
 from ._study import set_user_attrs, study_lock
-from ._teardown import WORKER_RECORD, owner_alive, read_record, this_worker, write_record
-from ._trial import TrialContext, TrialPlan, TrialResult, run_trial
 
 REFERENCE_ATTR = "reference"
 REFERENCE_DIFFS_ATTR = "reference_logprob_diffs"

@@ -6,7 +6,7 @@ import difflib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ._errors import SpaceError
+from .._errors import SpaceError
 
 _MISSING = object()
 

@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._errors import SpaceError
-from ._redact import redact_env, redact_flags
+from .._errors import SpaceError
+from .._redact import redact_env, redact_flags
 from ._schema import Section, check_type, did_you_mean
 
 PARAM_TYPES = ("categorical", "int", "float", "bool", "list")

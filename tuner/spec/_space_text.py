@@ -1,4 +1,4 @@
-"""A space file's text with flag names changed where they stand, for `space upgrade` (tuner/_upgrade.py).
+"""A space file's text with flag names changed where they stand, for `space upgrade` (tuner/versions/_upgrade.py).
 
 Flag names stand as keys (server.fixed, params, when, baseline, try-first, forbid) and as values (up-to, the
 operands and max of constraints). The text is edited at those scalars only, found through the YAML parser's

@@ -12,13 +12,13 @@ from typing import Any
 
 import yaml
 
-from ._errors import SpaceError
-from ._goodput import SLO_METRICS
-from ._ratesearch import RateSearchSpec
+from .._errors import SpaceError
+from ._datasets import load_rows
 from ._schema import Section, check_type, did_you_mean
 from ._space import Space, parse_constraints, parse_params
 
 ENGINES = ("sglang", "vllm")
+SLO_METRICS = ("ttft", "tpot", "e2el")  # SGLang's goodput SLOs (tuner/trial/_goodput.py)
 GATE_CHECKS = ("known-answer", "finite-logprobs", "degenerate-text", "logprob-consistency",
                "determinism", "baseline-agreement")
 METRICS = ("output_throughput", "total_throughput", "request_throughput",
@@ -95,11 +95,11 @@ class ProbeSpec:
     warmup: int = 2
     seed: int = 0
     dataset: str | None = None
-    dataset_format: str = "jsonl"  # or sharegpt (tuner/_workloads.py)
+    dataset_format: str = "jsonl"  # or sharegpt (tuner/trial/_workloads.py)
     shared_prefix: SharedPrefix | None = None
     request_timeout: float = 600.0
     max_error_rate: float = 0.0
-    # Output tokens of each request of the untimed check wave (0: none); see tuner/_probe.py.
+    # Output tokens of each request of the untimed check wave (0: none); see tuner/trial/_probe.py.
     check_tokens: int = 32
     # Seconds the whole probe may take; each level (the check wave too) gets an equal share of what is left
     # and is cut at its end, its figures taken over what streamed until then.
@@ -107,12 +107,21 @@ class ProbeSpec:
     # False: every trial's probe runs to its end (figures comparable across all trials) instead of stopping
     # once it is behind the best trials at the same point.
     prune: bool = True
-    # Open-loop levels (requests/s), run after the concurrency levels; see tuner/_arrivals.py.
+    # Open-loop levels (requests/s), run after the concurrency levels; see tuner/trial/_arrivals.py.
     rates: tuple[float, ...] = ()
     burstiness: float = 1.0
     max_in_flight: int | None = None
     # An open-loop level whose 90th percentile of send lateness is above this fails as client_too_slow.
     max_send_lateness: float = 0.05
+
+
+@dataclass(frozen=True)
+class RateSearchSpec:
+    slo_ms: Mapping[str, float]  # SGLang's goodput SLOs: ttft, tpot, e2el (tuner/trial/_goodput.py)
+    attainment: float = 0.99
+    precision: float = 0.05  # stop when the lowest failing rate <= (1 + precision) x the highest passing
+    budget: float = 600.0  # seconds for the whole search, per trial
+    seconds_per_rate: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -372,8 +381,6 @@ def _parse_shared_prefix(s: Section) -> SharedPrefix | None:
 
 def _check_dataset(probe: ProbeSpec, path: str) -> None:
     """The file is read now, so that a missing or malformed one is refused before anything is launched."""
-    from ._workloads import load_rows  # the workloads module reads ProbeSpec from here
-
     if not Path(probe.dataset).is_file():
         raise SpaceError(path, f"{probe.dataset} does not exist",
                          "give a local JSONL file of prompts, or a ShareGPT JSON file with dataset-format: sharegpt")

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 import httpx
 import tenacity
 
-from ._failures import FailureKind, TrialFailure
-from ._spec import GateSpec
+from .._failures import FailureKind, TrialFailure
+from ..engines import CheckSkipped, Completion, Engine
+from ..spec import GateSpec
 from ._textcheck import degenerate_reason, nan_positions
 from ._watch import Limits, Watch
-from .engines import CheckSkipped, Completion, Engine
 
 
 @dataclass(frozen=True)

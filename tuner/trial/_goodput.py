@@ -21,7 +21,6 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-SLO_METRICS = ("ttft", "tpot", "e2el")
 STEADY_RATIO = 0.8
 
 

@@ -11,9 +11,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._errors import UsageError
+from .._errors import UsageError
+from .._redact import redact_argv
 from ._procs import SERVER_MARKER, start_time
-from ._redact import redact_argv
 
 
 @dataclass(frozen=True)

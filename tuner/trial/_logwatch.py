@@ -13,8 +13,8 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._failures import FailureKind
-from .engines import Engine
+from .._failures import FailureKind
+from ..engines import Engine
 
 CHUNK = 1 << 20  # bytes read at once
 POLL_BYTES = 8 << 20  # at most this much per poll(), so one call never blocks for long during a burst

@@ -20,15 +20,15 @@ from typing import Any
 
 import httpx
 
+from .._failures import FailureKind, ProbeStopped, TrialFailure
+from ..engines import Engine
+from ..spec import ProbeSpec
 from ._arrivals import send_offsets
-from ._failures import FailureKind, ProbeStopped, TrialFailure
 from ._goodput import certainly_bad, good_latency_bound, goodput, is_good, steady_output_throughput
 from ._ratesearch import MIN_REQUESTS, RATE_STEPS, Measure, RateSearchResult, RateSearchSpec, RateStep, search_rate
-from ._spec import ProbeSpec
 from ._stream_client import StreamClient, StreamError, StreamTimeout
 from ._textcheck import degenerate_reason, nan_positions
 from ._workloads import WorkItem, make_workload
-from .engines import Engine
 
 @dataclass
 class RequestResult:
@@ -62,7 +62,7 @@ class LevelMetrics:
     cut: bool = False  # ended at its share of probe.time-budget: figures over what streamed until then
     rate: float | None = None  # requests/s offered (open loop); None: a closed loop of `concurrency` streams
     # Steady-state output throughput; for open-loop levels how late the client sent (send_lateness_*_ms);
-    # with SLOs, goodput and attainment (tuner/_goodput.py).
+    # with SLOs, goodput and attainment (tuner/trial/_goodput.py).
     extra: Mapping[str, float] = field(default_factory=dict)
 
     def metric(self, name: str) -> float:
@@ -140,7 +140,7 @@ async def _probe(base_url: str, headers: Mapping[str, str], engine: Engine, spec
                  goodput_slo: Mapping[str, float] | None) -> ProbeResult:
     t0 = time.monotonic()
     deadline = time.perf_counter() + spec.time_budget
-    # Not httpx: its per-chunk cost capped what one core could measure (see tuner/_stream_client.py).
+    # Not httpx: its per-chunk cost capped what one core could measure (see tuner/trial/_stream_client.py).
     # The semaphore of each level bounds the connections; the timeout is per read, as httpx's was.
     async with StreamClient(base_url, headers, read_timeout=spec.request_timeout, connect_timeout=10.0,
                             reuse=engine.bench_reuses_connections) as client:

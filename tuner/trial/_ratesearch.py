@@ -5,12 +5,12 @@ It starts at the request rate the closed-loop level measured (the server's throu
 near its capacity), brackets the answer by factors of `GROWTH` (up while rates pass, down while they fail),
 then bisects (geometric midpoint) until the lowest failing rate is within `precision` of the highest
 passing one. Every tested rate sends requests for `seconds-per-rate` seconds (at least `MIN_REQUESTS`),
-open-loop, and ends early once its verdict is certain (tuner/_probe.py, SloVerdict). A rate the client
+open-loop, and ends early once its verdict is certain (tuner/trial/_probe.py, SloVerdict). A rate the client
 cannot keep is a ceiling of what can be measured, not a fault of the server. The search stops at the per-trial
 budget; none passing down to `FLOOR` of the start means the SLO is met at no rate.
 
 `Bracket` is the decision alone (which rate next, when to stop); `search_rate` runs it with a `Measure` of
-one rate that the probe provides (tuner/_probe.py, on its live connection to the server).
+one rate that the probe provides (tuner/trial/_probe.py, on its live connection to the server).
 """
 
 from __future__ import annotations
@@ -22,22 +22,14 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._failures import FailureKind, ProbeStopped, TrialFailure
+from .._failures import FailureKind, ProbeStopped, TrialFailure
+from ..spec import RateSearchSpec
 
 GROWTH = 1.5
 FLOOR = 1 / 64  # of the starting rate: below it the server is all but idle, and a miss is not about load
 MIN_REQUESTS = 20
-# Pruner steps of the rate search start here (below: the closed-loop levels' steps, tuner/_pruner.py).
+# Pruner steps of the rate search start here (below: the closed-loop levels' steps, tuner/search/_pruner.py).
 RATE_STEPS = 1_000_000
-
-
-@dataclass(frozen=True)
-class RateSearchSpec:
-    slo_ms: Mapping[str, float]  # SGLang's goodput SLOs: ttft, tpot, e2el (tuner/_goodput.py)
-    attainment: float = 0.99
-    precision: float = 0.05  # stop when the lowest failing rate <= (1 + precision) x the highest passing
-    budget: float = 600.0  # seconds for the whole search, per trial
-    seconds_per_rate: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -152,7 +144,7 @@ async def search_rate(search: RateSearchSpec, start: float, report: Callable[[in
             await asyncio.sleep(min(step.seconds, max(0.0, deadline - time.perf_counter())))
         bracket.record(rate, step.passed)
         # The pruner hears the lowest failing rate: no configuration can end above it, so once it is at or
-        # below the best trial's rate this one cannot win (tuner/_pruner.py).
+        # below the best trial's rate this one cannot win (tuner/search/_pruner.py).
         if report is not None and report(RATE_STEPS + len(steps), bracket.high or math.inf):
             raise ProbeStopped()
     stopped = stopped or ("precision" if bracket.low is not None else "floor")

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 import httpx
 import tenacity
 
-from ._failures import CUDA_GRAPH_CAPTURE, HUNG_IN, FailureKind, TrialFailure
+from .._failures import CUDA_GRAPH_CAPTURE, HUNG_IN, FailureKind, TrialFailure
+from ..engines import Engine
 from ._launch import ServerProcess
 from ._logwatch import LogWatcher
-from .engines import Engine
 
 # A fatal line is usually followed by the lines that explain it and by the process exiting;
 # waiting this long for them gives a better failure kind without costing real time.

@@ -15,9 +15,9 @@ from typing import Any
 
 import optuna
 
+from .._redact import Redactor, redact_env, redact_flags
+from ..spec import Spec
 from ._ratesearch import slo_text
-from ._redact import Redactor, redact_env, redact_flags
-from ._spec import Spec
 from ._trial import TrialResult
 
 FEASIBILITY = "failure"  # constraint key: > 0 means the trial must not win

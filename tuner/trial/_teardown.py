@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .._redact import redact_argv
 from ._launch import ServerProcess
-from ._redact import redact_argv
 from ._procs import (command_line, group_members, marked_processes, port_holders, port_is_free, session_of,
                      signal_group, start_time)
 

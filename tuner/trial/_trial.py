@@ -17,18 +17,17 @@ from typing import Any
 
 import httpx
 
-from ._failures import FailureKind, FailureRecord, ProbeStopped, TrialFailure
+from .._failures import FailureKind, FailureRecord, ProbeStopped, TrialFailure
+from .._redact import redact_argv
+from ..engines import Engine
+from ..spec import ServerConfig, Spec
 from ._gate import GateResult, run_gate
 from ._launch import LaunchRequest, ServerProcess, launch
 from ._logwatch import LogWatcher
 from ._probe import ProbeResult, run_probe
 from ._readiness import SETTLE_S, check_alive, wait_until_ready
-from ._redact import redact_argv
-from ._space import ServerConfig
-from ._spec import Spec
 from ._teardown import TeardownResult, stop_server
 from ._watch import Limits, Watch
-from .engines import Engine
 
 
 @dataclass(frozen=True)

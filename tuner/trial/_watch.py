@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from ._failures import FailureKind, TrialFailure
+from .._failures import FailureKind, TrialFailure
 
 T = TypeVar("T")
 

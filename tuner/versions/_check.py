@@ -12,10 +12,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from ._errors import FlagCheckError, UsageError
-from ._schema import did_you_mean
-from ._spec import Spec
-from .engines._sglang_versions import RENAMES
+from .._errors import FlagCheckError, UsageError
+from ..engines import RENAMES
+from ..spec import Spec, did_you_mean
 
 _OPTION = re.compile(r"(?<![\w-])(--[A-Za-z0-9][\w-]*)(?:[ =](\{[^}]*\}))?")
 
@@ -86,7 +85,7 @@ _MISSING_MODULE = re.compile(r"No module named '?([\w.]+)'?")
 @lru_cache(maxsize=None)
 def version_help(version: str) -> HelpFlags:
     """The flags of an SGLang version the tuner ships a table of, as that version's --help lists them."""
-    from .sim._args import build_parser
+    from ..sim import build_parser
 
     return parse_help(build_parser(version).format_help())
 
@@ -150,6 +149,6 @@ def raise_on_errors(report: CheckReport) -> None:
 
 def versions_taking(spec: Spec) -> list[str]:
     """The SGLang versions the tuner has flag tables of that take every flag and choice of the space."""
-    from .engines._sglang_versions import versions
+    from ..engines import versions
 
     return [v for v in versions() if not check_flags(spec, version_help(v)).errors]

@@ -5,14 +5,17 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .._errors import UsageError
+from ..spec import Spec
 from ._check import check_flags, version_help
-from ._errors import UsageError
-from ._spec import Spec
 
 DEFAULT_PROFILE = "glm5-nvfp4-sm120"  # the seed deployment: `--simulate` without --space
 AUTO = ""  # `--simulate` without a name: the profile follows the space
 # Zero-latency profile for the tuner's own tests: never picked for a dry run of a space.
 _TEST_ONLY = {"instant"}
+# A dry run compresses the minutes of a real start-up far more than decode steps, whose wall-clock token
+# rate the probe must keep up with on a small machine. The environment overrides either.
+SIM_SPEED = {"TUNER_SIM_TIME_SCALE": "0.05", "TUNER_SIM_STARTUP_SCALE": "0.005"}
 
 
 def choose_profile(spec: Spec, space_path: Path, requested: str) -> str:
@@ -21,7 +24,7 @@ def choose_profile(spec: Spec, space_path: Path, requested: str) -> str:
     else the shipped one (of that version, where the space declares one) whose version takes the space best:
     every flag and choice where one does, else the fewest failing, so that the check then says which flag of the
     space is wrong (a typo gets its "did you mean") instead of that no profile fits."""
-    from .sim._profile import shipped_profiles
+    from ..sim import shipped_profiles
 
     if requested != AUTO:
         # A file: absolute, as the servers run in their trial folders.
@@ -44,13 +47,13 @@ def choose_profile(spec: Spec, space_path: Path, requested: str) -> str:
 
 def profile_version(name: str) -> str:
     """The SGLang version a profile (a shipped name or a file) speaks."""
-    from .sim._profile import load_profile
+    from ..sim import load_profile
 
     return load_profile(name).sglang_version
 
 
 def profiles_of(version: str) -> list[str]:
     """The shipped profiles (not the test-only ones) that speak an SGLang version."""
-    from .sim._profile import shipped_profiles
+    from ..sim import shipped_profiles
 
     return [name for name in shipped_profiles() if name not in _TEST_ONLY and profile_version(name) == version]

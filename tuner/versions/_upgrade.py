@@ -6,7 +6,7 @@ respelled as `export` respells it (the engine's `respell`), and a flag that beca
 moves to server.env. The rest (a removed flag, a choice the target lacks) is named, and nothing is written.
 The result must load and pass the target's flags, or it is not written either.
 
-The text itself is rewritten by tuner/_space_text.py (comments kept where only names change).
+The text itself is rewritten by tuner/spec/_space_text.py (comments kept where only names change).
 """
 
 from __future__ import annotations
@@ -16,12 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._errors import SpaceError, UsageError
+from .._files import write_atomically
+from ..engines import NOTES, RENAMES, Flag, flags, get_engine, listed, release, versions
+from ..spec import Spec, load_spec, parse_spec, rewrite
 from ._check import check_flags, version_help, versions_taking
-from ._errors import SpaceError, UsageError
-from ._space_text import rewrite
-from ._spec import Spec, load_spec, parse_spec
-from .engines import get_engine
-from .engines._sglang_versions import NOTES, RENAMES, Flag, flags, listed, release, versions
 
 
 @dataclass
@@ -195,9 +194,7 @@ def upgrade_command(space: str, to: str, source: str | None, out: str | None) ->
     if out is None:
         sys.stdout.write(upgraded.text)
     else:
-        from ._export import _write_atomically
-
-        _write_atomically(Path(out), upgraded.text)
+        write_atomically(Path(out), upgraded.text)
     for line in upgraded.changes:
         print(f"changed: {line}", file=sys.stderr)
     for line in upgraded.notes:

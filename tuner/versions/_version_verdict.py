@@ -5,10 +5,10 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+from ..engines import listed, versions
+from ..spec import Spec
 from ._check import CheckReport, versions_taking
 from ._server_version import ServerVersion
-from ._spec import Spec
-from .engines._sglang_versions import listed, versions
 
 
 def written_for(spec: Spec) -> str | None:
