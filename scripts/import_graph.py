@@ -126,7 +126,8 @@ def main(argv: list[str]) -> int:
         mod = known[node]
         label = (mod.path.parent.relative_to(root.parent).as_posix() + "/" if mod.is_package
                  else mod.path.relative_to(root.parent).as_posix())
-        held = " ".join(sorted(m.rpartition(".")[2].removeprefix("_") for m in known if node_of(m) == node and m != node))
+        held = " ".join(sorted(m.rpartition(".")[2].removeprefix("_") for m in known
+                               if node_of(m) == node and m != node))
         uses = ", ".join(sorted(n.removeprefix(root.name + ".") for n in edges[node])) or "nothing"
         print(f"{label:18} {summary(mod)}" + (f"; holds {held}" if held else "") + f"; imports {uses}")
 

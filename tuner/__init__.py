@@ -5,8 +5,16 @@ The public names are re-exported here; the modules behind them are private.
 
 from __future__ import annotations
 
-from ._errors import (FlagCheckError, NoEligibleTrialError, ServerError, SpaceError, StorageError, StudyMismatchError,
-                      TunerError, UsageError)
+from ._errors import (
+    FlagCheckError,
+    NoEligibleTrialError,
+    ServerError,
+    SpaceError,
+    StorageError,
+    StudyMismatchError,
+    TunerError,
+    UsageError,
+)
 from ._failures import FailureKind, FailureRecord, TrialFailure
 from .spec import ServerConfig, Space, Spec, load_spec, parse_spec
 

@@ -230,7 +230,8 @@ def run(options: RunOptions, stream=sys.stderr) -> optuna.Study:
 
 def _learn(options: RunOptions, prepared: Prepared, study_name: str,
            gpu_probe: GpuProbe | None) -> tuple[WarmStart | None, Learning]:
-    """What earlier studies tell this one (tuner/search/_learn.py, tuner/search/_warm.py); None where nothing is learnt from."""
+    """What earlier studies tell this one (tuner/search/_learn.py, tuner/search/_warm.py); None where nothing is
+    learnt from."""
     spec = prepared.spec
     gpu_ids = parse_gpu_list(options.gpus) if options.gpus else None
     recorder = ContextRecorder(spec, prepared.profile, gpu_probe, gpu_ids, prepared.server_version)

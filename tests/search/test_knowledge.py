@@ -1,5 +1,5 @@
-"""What a study's failures teach (tuner/search/_knowledge.py): the values that explain them, its best configurations, and
-the knowledge file written and read back."""
+"""What a study's failures teach (tuner/search/_knowledge.py): the values that explain them, its best configurations,
+and the knowledge file written and read back."""
 
 from __future__ import annotations
 

@@ -15,7 +15,8 @@ from tuner._failures import FailureKind
 from tuner.search._knowledge import GoodConfig, Knowledge, Lesson
 from tuner.spec._spec import parse_spec
 from tuner.search._study import _initialise, make_sampler
-from tuner.search._warm import HALF_LIFE, Ghost, Prior, KERNEL_WEIGHT, adapt, fit_memory, lesson_weight, similarity, warm_start
+from tuner.search._warm import (HALF_LIFE, KERNEL_WEIGHT, Ghost, Prior, adapt, fit_memory, lesson_weight, similarity,
+                                warm_start)
 
 SM120 = {"engine": {"name": "sglang", "version": "0.5.6"},
          "gpus": {"name": "RTX PRO 6000", "compute_capability": "12.0", "count": 8, "memory_gb": 95.6},

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import shlex
 import sys
 from collections.abc import Sequence

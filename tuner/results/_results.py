@@ -9,9 +9,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from .._errors import NoEligibleTrialError, StorageError
-from .._redact import redact_url
-from ..search import load_study, open_storage, stored_study_names
+from .._errors import NoEligibleTrialError
 from ._certainty import SURE, Comparison
 
 CONFIRMED_ATTR = "confirmed_winner"

@@ -95,7 +95,7 @@ class ProbeSpec:
     warmup: int = 2
     seed: int = 0
     dataset: str | None = None
-    dataset_format: str = "jsonl"  # or sharegpt (tuner/trial/_workloads.py)
+    dataset_format: str = "jsonl"  # or sharegpt (tuner/spec/_datasets.py)
     shared_prefix: SharedPrefix | None = None
     request_timeout: float = 600.0
     max_error_rate: float = 0.0
