@@ -73,7 +73,7 @@ def node_of(name: str) -> str:
 
 
 def private_reach(imp: Import, known: dict[str, Module]) -> bool:
-    """True where the target is a private module of a package that neither holds the importer nor holds it."""
+    """True where the target is a private module of a package other than the importer's own or one above it."""
     if imp.target not in known:
         return False
     owner, _, last = imp.target.rpartition(".")
@@ -112,6 +112,12 @@ def summary(module: Module) -> str:
     return re.split(r"[:.](?:\s|$)", doc, maxsplit=1)[0]
 
 
+def short(name: str) -> str:
+    """tuner.trial._gate -> gate; tuner.sim.__main__ -> __main__."""
+    last = name.rpartition(".")[2]
+    return last if last.startswith("__") else last.removeprefix("_")
+
+
 def main(argv: list[str]) -> int:
     root = Path(argv[0]).resolve() if argv else DEFAULT_ROOT
     known = modules(root)
@@ -126,8 +132,7 @@ def main(argv: list[str]) -> int:
         mod = known[node]
         label = (mod.path.parent.relative_to(root.parent).as_posix() + "/" if mod.is_package
                  else mod.path.relative_to(root.parent).as_posix())
-        held = " ".join(sorted(m.rpartition(".")[2].removeprefix("_") for m in known
-                               if node_of(m) == node and m != node))
+        held = " ".join(sorted(short(m) for m in known if node_of(m) == node and m != node))
         uses = ", ".join(sorted(n.removeprefix(root.name + ".") for n in edges[node])) or "nothing"
         print(f"{label:18} {summary(mod)}" + (f"; holds {held}" if held else "") + f"; imports {uses}")
 
