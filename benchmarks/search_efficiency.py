@@ -679,7 +679,7 @@ def search_optimum(problem: Problem, starts: int, exhaustive: bool) -> Optimum:
 
 def _digest(problem: Problem) -> str:
     h = hashlib.sha256(f"{OPTIMUM_METHOD} intermittent={problem.intermittent}".encode())
-    for path in [problem.profile_path, problem.space_path, REPO / "tuner" / "_space.py",
+    for path in [problem.profile_path, problem.space_path, REPO / "tuner" / "spec" / "_space.py",
                  *sorted((REPO / "tuner" / "sim").glob("*.py"))]:
         h.update(path.read_bytes())
     return h.hexdigest()[:16]
