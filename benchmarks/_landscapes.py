@@ -24,7 +24,7 @@ the GPU and model are given, and each backend's speed and health come from its o
 (one engine version's kernels on that GPU), so landscapes of one host share them whatever their model.
 
 `write_landscape(seed)` writes `<name>.profile.yaml` and `<name>.space.yaml` under .cache/landscapes/ (read by
-tuner.sim._profile.load_profile and tuner._spec.load_spec like the shipped files).
+tuner.sim._profile.load_profile and tuner.spec._spec.load_spec like the shipped files).
 """
 
 from __future__ import annotations
@@ -471,7 +471,7 @@ def make_landscape(seed: int, host: Host | None = None,
 
 def _evaluator(profile: dict[str, Any], space: dict[str, Any]) -> tuple[Any, Any]:
     """(the parsed space, a function: point -> noiseless output tok/s, None when it breaks a constraint or fails)."""
-    from tuner._spec import parse_spec
+    from tuner.spec._spec import parse_spec
     from tuner.engines._base import flag_argv
     from tuner.sim._predict import predict
     from tuner.sim._profile import profile_from_mapping
@@ -492,7 +492,7 @@ def _evaluator(profile: dict[str, Any], space: dict[str, Any]) -> tuple[Any, Any
 
 @functools.cache
 def _help_flags() -> Any:
-    from tuner._check import parse_help
+    from tuner.versions._check import parse_help
     from tuner.sim._args import build_parser
     return parse_help(build_parser(SGLANG_VERSION).format_help())
 
@@ -500,8 +500,8 @@ def _help_flags() -> Any:
 def _check_flags(space: dict[str, Any]) -> None:
     """The check `tuner check --simulate` runs (every flag and choice against the server's --help): a generated
     space that fails it is a bug in the tables here, not a landscape."""
-    from tuner._check import check_flags
-    from tuner._spec import parse_spec
+    from tuner.versions._check import check_flags
+    from tuner.spec._spec import parse_spec
     report = check_flags(parse_spec(yaml.safe_dump(space, sort_keys=False), space["name"]), _help_flags())
     if report.errors or report.warnings:
         raise AssertionError(f"{space['name']}: {'; '.join(report.errors + report.warnings)}")

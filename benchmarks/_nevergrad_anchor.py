@@ -21,7 +21,7 @@ import importlib.util
 from collections.abc import Callable
 from typing import Any
 
-from tuner._space import Space
+from tuner.spec._space import Space
 
 
 def available() -> str | None:

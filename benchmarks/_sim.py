@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from tuner._procs import free_port
+from tuner.trial._procs import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 def start_sim(workdir: Path, core: int, profile: str, model: str, startup_scale: float | None = None):
     """`model` is what --model-path names (the served name); `startup_scale` compresses only the simulated
     start-up (weights, graph capture), never the speed of serving."""
-    from tuner._launch import LaunchRequest, launch
+    from tuner.trial._launch import LaunchRequest, launch
 
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("TUNER_SIM_")}

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tuner._space import Space
+from tuner.spec._space import Space
 
 
 def available() -> str | None:

@@ -218,10 +218,10 @@ class VllmBench:
 
 
 def probe_level(base_url: str, server: Any, engine_name: str, spec: Any) -> tuple[Any, float]:
-    """The tuner's probe (`tuner._probe.run_probe`, as a trial runs it) through one engine, for a spec of one
+    """The tuner's probe (`tuner.trial._probe.run_probe`, as a trial runs it) through one engine, for a spec of one
     concurrency level: that level's figures, and this process's CPU seconds over the whole call. `server`
     (a launched process, or None for one started elsewhere) ends the probe if it exits."""
-    from tuner._probe import run_probe
+    from tuner.trial._probe import run_probe
     from tuner.engines import get_engine
 
     def alive() -> None:

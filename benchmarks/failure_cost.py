@@ -166,7 +166,7 @@ def run_case(case: Case, repeats: int, startup_scale: float) -> Measured:
         measured = Measured(case, [], [], [])
         measured.peak_mb = int(done.stderr.rsplit("PEAK_RSS_KB", 1)[1].split()[0]) / 1024
         records = [json.loads(r.read_text()) for r in (folder / "runs").glob("**/server.json")]
-        from tuner._procs import remains
+        from tuner.trial._procs import remains
 
         measured.leftovers = sum(len(remains(r)) for r in records)
         for trial in study.get_trials():
@@ -213,7 +213,7 @@ def _effective_timeouts(folder: Path, profile: str, env: dict[str, str], event: 
                          text=True, timeout=120)
     stall, request, first, budget = map(float, out.stdout.split())
     # A hung /generate: the gate's watch ends it at the stall-timeout, or past the request timeout once the log
-    # has been quiet that long, at the first-request timeout at the latest (tuner/_watch.py).
+    # has been quiet that long, at the first-request timeout at the latest (tuner/trial/_watch.py).
     return stall, {"generate_hang": min(stall, first), "slow_drip": budget}.get(event, request)
 
 

@@ -7,7 +7,7 @@ this process and every client to the other. Then, alternating who goes first, it
 workload (64 concurrent streams by default; the prompts of vLLM's random dataset, written out by
 vLLM's own code) with
 
-- the probe through the vLLM engine (`tuner._probe.run_probe`, POST /v1/completions), and
+- the probe through the vLLM engine (`tuner.trial._probe.run_probe`, POST /v1/completions), and
 - `vllm bench serve --backend openai` (vLLM's client, aiohttp) against the same /v1/completions,
 
 and, for information, the probe through the SGLang engine (POST /generate, whose events carry all the
@@ -98,7 +98,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def probe_once(base_url: str, sim, workload: Workload, prompts: Path, engine_name: str, warmups: int) -> Run:
-    from tuner._spec import ProbeSpec
+    from tuner.spec._spec import ProbeSpec
 
     # No check wave: the client CPU counted below is then the timed level's (and the warm-up's) alone.
     spec = ProbeSpec(concurrency=(workload.concurrency,), requests=workload.requests, input_len=workload.input_len,
@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if not ready_to_run("probe_ceiling"):
         return 2
-    from tuner._teardown import stop_server
+    from tuner.trial._teardown import stop_server
 
     workloads = [Workload(args.requests, args.streams, args.input_len, args.output_len, seed)
                  for seed in range(args.rounds)]

@@ -11,7 +11,7 @@ goes first, on the very same prompts:
   (POST /generate, streamed), `--dataset-name sharegpt` from a local file in ShareGPT's format written
   here (nothing is downloaded), `--sharegpt-output-len`, EOS ignored, temperature 0, `--max-concurrency`;
   its figures from `--output-file`;
-- the probe (`tuner._probe.run_probe` through the SGLang engine, as a trial runs it: warm-up, the untimed
+- the probe (`tuner.trial._probe.run_probe` through the SGLang engine, as a trial runs it: warm-up, the untimed
   check wave with logprobs, then the timed level) on the same prompts, read from the same file;
 - `bench_serving` again: the control, how far SGLang's client lands from itself on this machine.
 
@@ -22,7 +22,7 @@ profile the probe within 3 % of bench_serving on output tok/s and mean TTFT; on 
 probe's rate at least bench_serving's.
 
 What the two count, as read in SGLang 0.5.23 (sglang/benchmark/serving.py: async_request_sglang_generate,
-benchmark, calculate_metrics) and tuner/_probe.py. They agree:
+benchmark, calculate_metrics) and tuner/trial/_probe.py. They agree:
 
 - Output tokens: `meta_info.completion_tokens` of the last event with text, the server's count.
 - Duration: from just before the first timed request is created to the end of the last. Warm-up requests
@@ -38,7 +38,7 @@ Where they differed, and why (8B profile, 5 rounds, 2026-12-04):
 
 - The probe's check wave drew its prompts from the same dataset as the timed level, so the server's prefix
   cache held 32 of the 64 timed prompts of the first run: 1.43x bench_serving's output tok/s and 0.51x its
-  mean TTFT. Its prompts now start with a mark (tuner/_probe.py, CHECK_MARK) and share no cached prefix.
+  mean TTFT. Its prompts now start with a mark (tuner/trial/_probe.py, CHECK_MARK) and share no cached prefix.
 - bench_serving opens a new connection (an aiohttp session) per request; the probe kept its connections
   alive. Then it measured 1.02x the output tok/s (rounds 1.02-1.04) and 0.88x the mean TTFT (0.85-0.94):
   when a wave of equal-length requests ends together, the server starts prefilling the first new request
@@ -252,7 +252,7 @@ def run_bench(base_url: str, w: Workload, dataset: Path, folder: Path, args: arg
 
 
 def run_probe_once(base_url: str, sim, w: Workload, dataset: Path, args: argparse.Namespace) -> Run:
-    from tuner._spec import ProbeSpec
+    from tuner.spec._spec import ProbeSpec
 
     # As a trial runs it, with its check wave, except where the client's CPU per token is the figure (the
     # instant profile): there the CPU counted is the warm-up's and the timed level's alone, as bench_serving's.
@@ -266,7 +266,7 @@ def run_probe_once(base_url: str, sim, w: Workload, dataset: Path, args: argpars
 
 
 def run_profile(profile: str, folder: Path, args: argparse.Namespace) -> list[Run]:
-    from tuner._teardown import stop_server
+    from tuner.trial._teardown import stop_server
 
     sim = None
     if profile != EXTERNAL:

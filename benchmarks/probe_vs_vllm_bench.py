@@ -8,7 +8,7 @@ round then runs three times, one after the other, rotating who goes first, on th
 
 - `vllm bench serve`: random dataset, fixed input and output lengths, EOS ignored, a fixed
   --max-concurrency and number of prompts, --temperature 0;
-- the probe (`tuner._probe.run_probe` through the vLLM engine, as a trial runs it: warm-up, the untimed
+- the probe (`tuner.trial._probe.run_probe` through the vLLM engine, as a trial runs it: warm-up, the untimed
   check wave with logprobs, then the timed level);
 - `vllm bench serve` again: the control, which shows how far vLLM's client lands from itself here.
 
@@ -17,7 +17,7 @@ each later run of a round, its figures over the first `vllm bench` run of that r
 over rounds. Target: the probe's output tok/s within 3 % of vLLM's client.
 
 What the two count, as read in vLLM 0.32.0 (vllm/benchmarks/serve.py, lib/endpoint_request_func.py)
-and tuner/_probe.py. They agree:
+and tuner/trial/_probe.py. They agree:
 
 - Output tokens: vLLM's client takes `usage.completion_tokens` from the last chunk and re-tokenizes
   the text only when usage is missing. The probe takes the server's count too, from every chunk or
@@ -28,7 +28,7 @@ and tuner/_probe.py. They agree:
 - TTFT: both time from just before the POST to the first chunk that carries a token. Both take p99
   with numpy's linear interpolation.
 - vLLM's client runs `freeze_gc_heap()` before it measures. Its HTTP client is aiohttp. The probe's
-  is tuner/_stream_client.py, which spends about the same CPU per token at these rates (30-50 us).
+  is tuner/trial/_stream_client.py, which spends about the same CPU per token at these rates (30-50 us).
 
 Where they differed, and why:
 
@@ -75,7 +75,7 @@ sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]  # this checkout's tuner, a
 from _vllm_client import (  # noqa: E402
     TINY_MODEL, VLLM_PYTHON, VllmBench, Workload, add_core_args, check_cores, median, print_table, probe_level,
     ready_to_run, wait_ready)
-from tuner._procs import free_port  # noqa: E402
+from tuner.trial._procs import free_port  # noqa: E402
 
 SPACE = REPO / "search_spaces" / "vllm-cpu-tiny.yaml"
 BENCH = "vllm bench"
@@ -136,7 +136,7 @@ def start_server(workdir: Path, compile_: bool, core: int):
     Pinned to one core, the clients to the other: on two cores a client's CPU otherwise comes out of the
     server's, and the client that uses more CPU per token measures a slower server (vLLM's client
     measured 617-1,554 tok/s in five rounds unpinned, the probe 562-2,209)."""
-    from tuner._launch import LaunchRequest, launch
+    from tuner.trial._launch import LaunchRequest, launch
     from tuner.engines import get_engine
 
     flags, extra_env = server_flags(compile_)
@@ -151,7 +151,7 @@ def start_server(workdir: Path, compile_: bool, core: int):
 
 
 def run_probe_once(base_url: str, server, workload: Workload, prompts: Path, args: argparse.Namespace) -> Run:
-    from tuner._spec import ProbeSpec
+    from tuner.spec._spec import ProbeSpec
 
     spec = ProbeSpec(concurrency=(workload.concurrency,), requests=workload.requests,
                      input_len=workload.input_len, output_len=workload.output_len, warmup=args.warmups,
@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if not ready_to_run("probe_vs_vllm_bench"):
         return 2
-    from tuner._teardown import stop_server
+    from tuner.trial._teardown import stop_server
 
     workloads = [Workload(args.requests, args.concurrency, args.input_len, args.output_len, seed)
                  for seed in range(args.rounds)]

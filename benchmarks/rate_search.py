@@ -27,9 +27,9 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 from sim.simproc import SimFactory, quick_start_profile  # noqa: E402
 
 from tuner._failures import TrialFailure  # noqa: E402
-from tuner._probe import run_probe  # noqa: E402
-from tuner._ratesearch import RateSearchSpec, slo_text  # noqa: E402
-from tuner._spec import ProbeSpec  # noqa: E402
+from tuner.trial._probe import run_probe  # noqa: E402
+from tuner.spec import ProbeSpec, RateSearchSpec  # noqa: E402
+from tuner.trial import slo_text  # noqa: E402
 from tuner.engines import get_engine  # noqa: E402
 
 # The SLO of the real-time server: 300 ms TTFT, 30 ms TPOT. The simulator runs `--time-scale` times slower

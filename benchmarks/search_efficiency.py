@@ -119,13 +119,13 @@ import _landscapes  # noqa: E402
 import _nevergrad_anchor  # noqa: E402
 import _smac_anchor  # noqa: E402
 from tuner._failures import CUDA_GRAPH_CAPTURE, HUNG_IN, FailureKind, FailureRecord  # noqa: E402
-from tuner._probe import LevelMetrics, ProbeResult  # noqa: E402
-from tuner._space import ServerConfig, Space  # noqa: E402
-from tuner._spec import Spec, load_spec  # noqa: E402
-from tuner._study import _TPE, _initialise, _pruner, make_sampler  # noqa: E402
-from tuner._trial import TrialContext, TrialResult  # noqa: E402
-from tuner._warm import WarmStart  # noqa: E402
-from tuner._worker import Worker  # noqa: E402
+from tuner.trial._probe import LevelMetrics, ProbeResult  # noqa: E402
+from tuner.spec._space import ServerConfig, Space  # noqa: E402
+from tuner.spec._spec import Spec, load_spec  # noqa: E402
+from tuner.search._study import _TPE, _initialise, _pruner, make_sampler  # noqa: E402
+from tuner.trial._trial import TrialContext, TrialResult  # noqa: E402
+from tuner.search._warm import WarmStart  # noqa: E402
+from tuner.search._worker import Worker  # noqa: E402
 from tuner.engines import get_engine  # noqa: E402
 from tuner.engines._base import flag_argv  # noqa: E402
 from tuner.sim._predict import Prediction, predict  # noqa: E402
@@ -205,7 +205,7 @@ class Problem:
         p = predict(self.profile, flag_argv(config.flags), self.concurrency, probe.input_len, probe.output_len,
                     num_requests=probe.requests, seed=noise_seed or 0, noise=noise_seed is not None)
         if p.status == "startup_timeout" and p.stage == "capture":
-            # Readiness names a hang after the capture-begin line (tuner/_readiness.py).
+            # Readiness names a hang after the capture-begin line (tuner/trial/_readiness.py).
             return Measurement(FailureKind.STARTUP_TIMEOUT, "no log output (hang) during CUDA graph capture",
                                attrs={HUNG_IN: CUDA_GRAPH_CAPTURE})
         if p.status != "ok":
@@ -391,7 +391,7 @@ def run_tuner(problem: Problem, sampler_name: str, seed: int, trials: int) -> li
 
 def run_study(problem: Problem, sampler_name: str, seed: int, trials: int, warm: WarmStart | None = None,
               stop: Callable[[list[TrialRecord]], bool] | None = None) -> tuple[optuna.Study, list[TrialRecord]]:
-    """run_tuner, and the study: `warm` as `run --learn-from` starts it (tuner/_warm.py), `stop` asked after each
+    """run_tuner, and the study: `warm` as `run --learn-from` starts it (tuner/search/_warm.py), `stop` asked after each
     trial with the records so far."""
     spec = problem.spec
     if sampler_name == "random-valid":
@@ -679,7 +679,7 @@ def search_optimum(problem: Problem, starts: int, exhaustive: bool) -> Optimum:
 
 def _digest(problem: Problem) -> str:
     h = hashlib.sha256(f"{OPTIMUM_METHOD} intermittent={problem.intermittent}".encode())
-    for path in [problem.profile_path, problem.space_path, REPO / "tuner" / "_space.py",
+    for path in [problem.profile_path, problem.space_path, REPO / "tuner" / "spec" / "_space.py",
                  *sorted((REPO / "tuner" / "sim").glob("*.py"))]:
         h.update(path.read_bytes())
     return h.hexdigest()[:16]

@@ -4,7 +4,7 @@ A *family* is one host (a GPU from benchmarks/_landscapes.py and one engine vers
 tables, `_landscapes.Host`) serving MODELS different models: each model's landscape has its own space, workload,
 GPU count and constants, but a backend that NaNs or crashes at capture does so for every model of the family
 that can run it. Families are drawn per seed (`--families train|test|FIRST-LAST`): TRAIN_FAMILIES to choose
-constants on (tuner/_warm.py's), TEST_FAMILIES to report on once. Every other family (even seeds) also runs its
+constants on (tuner/search/_warm.py's), TEST_FAMILIES to report on once. Every other family (even seeds) also runs its
 first model on the next engine version, where one backend's health changes: the backend of that model's optimum
 (if the baseline does not use it; else the fastest other backend its space offers that runs fine) gives NaN.
 
@@ -14,7 +14,7 @@ predict() as benchmarks/search_efficiency.py runs them (`SimulatedWorker`; one t
 - `cold`: a study from nothing (`make_sampler("tpe")`, baseline first). The cold studies are also the earlier
   studies the warm rows learn from (a full --trials run each);
 - `warm from 1`: warm-started from the cold study of the next model of the family (same seed), the way
-  `run --learn-from` does it: `knowledge_of_trials` of the earlier study with its context (tuner/_context.py's
+  `run --learn-from` does it: `knowledge_of_trials` of the earlier study with its context (tuner/search/_context.py's
   facts of the simulated GPUs, model and workload), `warm_start(...)`, then `make_sampler(prior=warm.prior)` and
   `_initialise(first=warm.first)`;
 - `warm from 3`: from the cold studies of the other three models;
@@ -66,10 +66,10 @@ import yaml  # noqa: E402
 
 import _landscapes  # noqa: E402
 import search_efficiency as se  # noqa: E402
-from tuner._context import EngineFacts, StudyContext, gpu_facts, model_facts, workload_facts  # noqa: E402
-from tuner._knowledge import Knowledge, knowledge_of_trials  # noqa: E402
-from tuner._spec import load_spec  # noqa: E402
-from tuner._warm import WarmStart, warm_start  # noqa: E402
+from tuner.search._context import EngineFacts, StudyContext, gpu_facts, model_facts, workload_facts  # noqa: E402
+from tuner.search._knowledge import Knowledge, knowledge_of_trials  # noqa: E402
+from tuner.spec._spec import load_spec  # noqa: E402
+from tuner.search._warm import WarmStart, warm_start  # noqa: E402
 from tuner.sim._profile import load_profile  # noqa: E402
 
 TRAIN_FAMILIES = range(0, 8)  # to choose constants on

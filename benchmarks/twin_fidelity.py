@@ -14,7 +14,7 @@ calibrated on trials 0-29 of the first real study; trials 30 and up are held out
 What is compared, per trial:
 - outcome: the real failure kind (or ok, or stopped by the pruner) against the predicted one. A predicted start
   longer than the space's startup-timeout is a predicted startup_timeout. A real crash_on_start is re-read
-  with today's log patterns (tuner/_logwatch.py), as older tuners recorded some failures that way. An OOM
+  with today's log patterns (tuner/trial/_logwatch.py), as older tuners recorded some failures that way. An OOM
   during CUDA-graph capture and a failed capture count as the same failure: SGLang 0.5.17 prints the capture
   failure first and the OOM in the traceback after it, and which of them a log excerpt holds is chance.
   A wrong answer from the old exact agreement check (before near-ties were allowed) is not compared.
@@ -167,7 +167,7 @@ def load_study(db: Path, name: str | None) -> Study:
 
 
 def study_spec(study: Study) -> Any:
-    from tuner._spec import parse_spec
+    from tuner.spec._spec import parse_spec
 
     source = study.attrs.get("space_source")
     if not source:
@@ -195,7 +195,7 @@ def reread(kind: str, attrs: dict[str, Any], engine: str) -> tuple[str, str]:
     """A crash_on_start read again with today's log patterns, where its message and evidence say more."""
     if kind != "crash_on_start":
         return kind, ""
-    from tuner._logwatch import LogWatcher
+    from tuner.trial._logwatch import LogWatcher
     from tuner.engines import get_engine
 
     text = "\n".join(str(attrs.get(k) or "") for k in ("failure_message", "failure_evidence"))

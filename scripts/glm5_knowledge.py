@@ -60,12 +60,12 @@ def main() -> int:
         import optuna
 
         sys.path.insert(0, str(REPO))
-        from tuner._export import _write_atomically
-        from tuner._knowledge import knowledge_of_study, render
+        from tuner._files import write_atomically
+        from tuner.search._knowledge import knowledge_of_study, render
 
         knowledge = knowledge_of_study(optuna.load_study(study_name="glm5-nvfp4-sm120", storage=storage))
         command = "python scripts/glm5_knowledge.py" + (f" --trials {args.trials}" if args.trials != 20 else "")
-        _write_atomically(Path(args.out), render(knowledge, "yaml", command))
+        write_atomically(Path(args.out), render(knowledge, "yaml", command))
         print(f"wrote {args.out}:", *(f"  {lesson.reads()}" for lesson in knowledge.lessons), sep="\n")
     return 0
 

@@ -103,7 +103,7 @@ def nvml_sample(nvml, handles: dict[int, object]) -> Sample:
 
 
 def preflight() -> tuple[object, dict[int, object]] | None:
-    from tuner._gpus import GpuProbe
+    from tuner.search._gpus import GpuProbe
 
     probe = GpuProbe()
     if probe.backend == "none":
@@ -191,7 +191,7 @@ def main() -> int:
     if found is None:
         return 2
     nvml, handles = found
-    from tuner._gpus import parse_gpu_list
+    from tuner.search._gpus import parse_gpu_list
 
     gpus = parse_gpu_list(args.gpus or ("0,1" if len(handles) >= 2 else "0"))
     missing = [g for g in gpus if g not in handles]

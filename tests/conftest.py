@@ -14,7 +14,7 @@ import optuna
 import pytest
 
 from sim.simproc import SimFactory
-from tuner._procs import remains as remains_of
+from tuner.trial._procs import remains as remains_of
 
 REPO = Path(__file__).resolve().parent.parent
 

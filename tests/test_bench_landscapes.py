@@ -12,8 +12,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import _landscapes as gen  # noqa: E402
-from tuner._check import check_flags, parse_help  # noqa: E402
-from tuner._spec import load_spec  # noqa: E402
+from tuner.versions._check import check_flags, parse_help  # noqa: E402
+from tuner.spec._spec import load_spec  # noqa: E402
 from tuner.engines._base import flag_argv  # noqa: E402
 from tuner.sim._args import build_parser  # noqa: E402
 from tuner.sim._predict import predict  # noqa: E402

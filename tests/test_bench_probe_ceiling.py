@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from conftest import REPO
-from tuner._procs import group_members
+from tuner.trial._procs import group_members
 
 pytestmark = [
     pytest.mark.skipif(not os.environ.get("TUNER_TEST_VLLM"),

@@ -18,7 +18,7 @@ import sys
 import pytest
 
 from conftest import REPO
-from tuner._procs import group_members
+from tuner.trial._procs import group_members
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 from probe_vs_sglang_bench import sglang_available  # noqa: E402

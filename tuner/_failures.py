@@ -45,7 +45,7 @@ class FailureKind(str, enum.Enum):
 
     @property
     def carries(self) -> str | None:
-        """How a failure of this kind carries over to other studies (tuner/_warm.py): KERNEL ones to studies on
+        """How a failure of this kind carries over to other studies (tuner/search/_warm.py): KERNEL ones to studies on
         the same GPU architecture and engine version, whatever the model (a kernel that produces NaN on SM120
         does so for every model it runs); MEMORY ones to any GPU, counted by how heavy the model is for its
         memory; None: not carried (a timeout, an SLO, errors under load say more of the workload than of the

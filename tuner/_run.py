@@ -16,33 +16,21 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
-from ._check import CheckReport, check_flags, parse_help, raise_on_errors, server_help
-from ._context import ContextRecorder
 from ._errors import UsageError
-from ._gpus import GpuProbe, MemoryBaseline, check_gpu_ids, parse_gpu_list
-from ._slots import SlotPool
-from ._progress import Progress, summary
-from ._last_run import write_last_run
-from ._learn import (Learning, best_context, gather, line as learn_line, record as record_learning, stored_context,
-                     study_exists)
 from ._redact import Redactor, redact_env, redact_url
-from ._server_version import ServerVersion, probe_version
-from ._simulate import AUTO, DEFAULT_PROFILE, choose_profile
-from ._spec import Spec, load_spec
-from ._study import heartbeat_settings, load_or_create, open_storage
-from ._teardown import end_orphans
-from ._trial import TrialContext
-from ._version_verdict import add_verdict
-from ._which_study import target_args
-from ._warm import WarmStart, warm_start
-from ._worker import Interrupted, Surplus, TrialBudget, Worker, fail_trials_of_dead_workers
 from .engines import get_engine
+from .results import Progress, summary, target_args, write_last_run
+from .search import (ContextRecorder, GpuProbe, Interrupted, Learning, MemoryBaseline, SlotPool, Surplus, TrialBudget,
+                     WarmStart, Worker, best_context, check_gpu_ids, fail_trials_of_dead_workers, gather,
+                     heartbeat_settings, learn_line, load_or_create, open_storage, parse_gpu_list, record_learning,
+                     stored_context, study_exists, warm_start)
+from .spec import Spec, load_spec
+from .trial import TrialContext, end_orphans
+from .versions import (AUTO, DEFAULT_PROFILE, SIM_SPEED, CheckReport, ServerVersion, add_verdict, check_flags,
+                       choose_profile, parse_help, probe_version, raise_on_errors, server_help)
 
 DEFAULT_SPACE = Path("search_spaces/default.yaml")
 SIM_COMMAND = (sys.executable, "-m", "tuner.sim")
-# A dry run compresses the minutes of a real start-up far more than decode steps, whose wall-clock token
-# rate the probe must keep up with on a small machine. The environment overrides either.
-SIM_SPEED = {"TUNER_SIM_TIME_SCALE": "0.05", "TUNER_SIM_STARTUP_SCALE": "0.005"}
 
 
 @dataclass(frozen=True)
@@ -210,7 +198,7 @@ def run(options: RunOptions, stream=sys.stderr) -> optuna.Study:
                        gpus_settled=baseline.settled if baseline else None,
                        gpu_holders=baseline.new_processes if baseline else None)
     redactor = Redactor(prepared.env, [api_key] if api_key else [])
-    # The study's context (engine version, GPUs, model, workload), for later studies to match: tuner/_context.py.
+    # The study's context (engine version, GPUs, model, workload), for later studies to match: tuner/search/_context.py.
     context = ContextRecorder(spec, prepared.profile, gpu_probe, pool.gpu_ids if pool else None,
                               prepared.server_version)
     worker = Worker(spec, ctx, workdir, options.sampler, FileSystemArtifactStore(str(artifacts)), redactor,
@@ -242,7 +230,8 @@ def run(options: RunOptions, stream=sys.stderr) -> optuna.Study:
 
 def _learn(options: RunOptions, prepared: Prepared, study_name: str,
            gpu_probe: GpuProbe | None) -> tuple[WarmStart | None, Learning]:
-    """What earlier studies tell this one (tuner/_learn.py, tuner/_warm.py); None where nothing is learnt from."""
+    """What earlier studies tell this one (tuner/search/_learn.py, tuner/search/_warm.py); None where nothing is
+    learnt from."""
     spec = prepared.spec
     gpu_ids = parse_gpu_list(options.gpus) if options.gpus else None
     recorder = ContextRecorder(spec, prepared.profile, gpu_probe, gpu_ids, prepared.server_version)
@@ -351,7 +340,7 @@ def _while_main_thread_listens(work: Callable[[], None]) -> None:
 
     Python runs signal handlers in the main thread only. Blocked on a lock (Optuna waiting for its trial
     threads), the main thread does not wake for a SIGTERM that the kernel handed to another thread: the handler
-    then ran only when every running trial had ended, measurement and all (tests/test_scaling.py,
+    then ran only when every running trial had ended, measurement and all (tests/search/test_scaling.py,
     test_sigterm_stops_every_parallel_trial_and_resume_finishes, failed so)."""
     raised: list[BaseException] = []
     done = threading.Event()  # not Thread.join: a join that a signal interrupts can mark the thread ended

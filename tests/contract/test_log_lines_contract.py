@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from .test_flags_contract import REPO, _ref_python
-from tuner._logwatch import LogWatcher
+from tuner.trial._logwatch import LogWatcher
 from tuner.engines import get_engine
 
 RENDER = Path(__file__).with_name("_ref_log_lines.py")

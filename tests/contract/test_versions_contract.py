@@ -54,8 +54,8 @@ def test_readme_gpu_host_check_runs_as_written_against_the_pinned_sglang(tuner):
 
 def test_seed_space_against_sglang_0523_names_the_rewrite_and_the_rewrite_goes_back_to_056(tuner):
     """The 0.5.6 seed against 0.5.23's parser: refused, with the version read from the installed package and the
-    command that rewrites it; that command's output (the shipped 0.5.23 space, tests/test_versions.py) rewritten
-    back to 0.5.6 passes 0.5.6's parser."""
+    command that rewrites it; that command's output (the shipped 0.5.23 space, tests/versions/test_versions.py)
+    rewritten back to 0.5.6 passes 0.5.6's parser."""
     (tuner.folder / "model").mkdir()
     done = tuner.run("check", "--space", SEED, "--model", "model", env=_with_sglang("0.5.23"))
     assert done.returncode == 2, done.stdout + done.stderr

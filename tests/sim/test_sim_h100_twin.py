@@ -91,8 +91,8 @@ def test_progress_is_what_the_probe_reports_to_the_pruner():
 def test_tokenizes_the_probe_prompts_as_the_made_tokenizer_did(start_sim, tmp_path):
     """The made model's byte-level BPE split the probe's 512 words into 1,176-1,264 tokens (trial 0's log);
     a dry run of the space must send the twin prompts of that length, not 512 tokens."""
-    from tuner._spec import load_spec
-    from tuner._workloads import make_workload
+    from tuner.spec._spec import load_spec
+    from tuner.trial._workloads import make_workload
 
     spec = load_spec(str(REPO / "search_spaces" / f"{H100}.yaml"))
     prompts = [item.prompt for item in make_workload(spec.probe, 8)]

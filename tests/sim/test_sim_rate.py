@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import itertools
 
-from tuner._probe import run_probe
-from tuner._spec import ProbeSpec
+from tuner.trial._probe import run_probe
+from tuner.spec._spec import ProbeSpec
 from tuner.engines import get_engine
 
 from .simproc import quick_start_profile

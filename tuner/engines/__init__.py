@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ._base import CheckSkipped, Completion, Engine, StreamEvent, flag_argv
 from ._sglang import SGLang
+from ._sglang_versions import NOTES, RENAMES, Flag, flags, listed, release, versions
 
 
 def get_engine(name: str) -> Engine:
@@ -16,4 +17,5 @@ def get_engine(name: str) -> Engine:
     raise KeyError(name)
 
 
-__all__ = ["CheckSkipped", "Completion", "Engine", "StreamEvent", "flag_argv", "get_engine", "SGLang"]
+__all__ = ["NOTES", "RENAMES", "CheckSkipped", "Completion", "Engine", "Flag", "SGLang", "StreamEvent", "flag_argv",
+           "flags", "get_engine", "listed", "release", "versions"]

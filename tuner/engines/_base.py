@@ -63,7 +63,7 @@ class FatalPattern:
     regex: re.Pattern[str]
     kind: FailureKind
     # False for signs a live server also prints for one failed request (a bare traceback): they explain an
-    # exit but end no trial on their own (tuner/_logwatch.py).
+    # exit but end no trial on their own (tuner/trial/_logwatch.py).
     definitive: bool = True
 
 

@@ -211,10 +211,9 @@ class SGLang(Engine):
         --cuda-graph-max-bs stores into that dest (found on a real H100). Its alias spelling is accepted and
         parses to the same value. The merger is judged by the simulator's model of it, which the contract
         tests hold to each version's real one."""
-        from ..sim._args import build_parser, refused_config_keys
-        from ..sim._flags import VERSIONS
+        from ..sim import FLAG_VERSIONS, build_parser, refused_config_keys
 
-        if version not in VERSIONS:
+        if version not in FLAG_VERSIONS:
             return dict(flags), {}
         parser = build_parser(version)
         refusing = refused_config_keys(parser, version)

@@ -52,9 +52,9 @@ class Flag:
 
 def versions() -> tuple[str, ...]:
     """The SGLang versions whose flag tables the tuner ships, oldest first."""
-    from ..sim._flags import VERSIONS
+    from ..sim import FLAG_VERSIONS
 
-    return tuple(sorted(VERSIONS, key=release))
+    return tuple(sorted(FLAG_VERSIONS, key=release))
 
 
 def listed(names) -> str:
@@ -76,10 +76,10 @@ def release(version: str) -> tuple[int, ...]:
 @lru_cache(maxsize=None)
 def flags(version: str) -> Mapping[str, Flag]:
     """Every long option of the version's parser (aliases too), by name without dashes."""
-    from ..sim._flags import table
+    from ..sim import flag_table
 
     out: dict[str, Flag] = {}
-    for spec in table(version):
+    for spec in flag_table(version):
         help_text = (spec.help or "").lstrip()
         # SGLang marks a deprecation by its action class (DeprecatedStoreTrueAction, ...) or by the help text's
         # first word ("Deprecated. Use ...", "(Deprecated, use ...)").

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import os
 
+from ._args import build_parser, refused_config_keys
+from ._flags import VERSIONS as FLAG_VERSIONS, table as flag_table
 from ._predict import Prediction, predict
 from ._profile import DEFAULT_PROFILE, Profile, ProfileError, load_profile, shipped_profiles
 
-__all__ = ["Prediction", "Profile", "ProfileError", "load_profile", "predict", "shipped_profiles"]
+__all__ = ["FLAG_VERSIONS", "Prediction", "Profile", "ProfileError", "build_parser", "flag_table", "load_profile",
+           "predict", "refused_config_keys", "shipped_profiles"]
 
 
 def __getattr__(name: str) -> str:
     # `__version__` is the SGLang version the simulated server speaks, its profile's (TUNER_SIM_PROFILE, as
     # `python -m tuner.sim` reads it): the tuner asks a server command's package for its version, as it asks
-    # sglang's (tuner/_server_version.py).
+    # sglang's (tuner/versions/_server_version.py).
     if name == "__version__":
         return load_profile(os.environ.get("TUNER_SIM_PROFILE") or DEFAULT_PROFILE).sglang_version
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

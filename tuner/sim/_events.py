@@ -3,7 +3,7 @@
 
 With TUNER_SIM_EVENTS=<file> the simulator appends one JSON line per kind of event, the first time it happens
 in this process: {"event": ..., "t": <time.time()>, "pid": ..., **details}. "start" comes first and names the
-CUDA_VISIBLE_DEVICES the process was given (tests/test_scaling.py checks each trial's GPUs by it). The server
+CUDA_VISIBLE_DEVICES the process was given (tests/search/test_scaling.py checks each trial's GPUs by it). The server
 log's own timestamps have one-second resolution (SGLang's format), too coarse to time how quickly the tuner
 notices a fault.
 """

@@ -19,7 +19,7 @@ from ._engine import Crash, Req, Scheduler
 from ._profile import Profile, load_profile
 from ._setup import Setup, make_setup
 
-PROGRESS_EVERY = 10  # thousandths, as tuner/_probe.py reports
+PROGRESS_EVERY = 10  # thousandths, as tuner/trial/_probe.py reports
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,1 @@
+"""Tests of the commands that read a study back: show, export, confirm, report, dashboard (tuner.results)."""

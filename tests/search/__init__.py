@@ -1,0 +1,1 @@
+"""Tests of the search: study, TPE, workers, GPU slots, context, knowledge and warm start (tuner.search)."""

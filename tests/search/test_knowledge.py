@@ -1,0 +1,116 @@
+"""What a study's failures teach (tuner/search/_knowledge.py): the values that explain them, its best configurations,
+and the knowledge file written and read back."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+import yaml
+from optuna.trial import TrialState
+
+from tuner._errors import KnowledgeError
+from tuner._failures import FailureKind
+from tuner.search._knowledge import Lesson, knowledge_of_trials, read_knowledge, render
+
+SM120 = {"engine": {"name": "sglang", "version": "0.5.6"},
+         "gpus": {"name": "RTX PRO 6000", "compute_capability": "12.0", "count": 8, "memory_gb": 95.6},
+         "model": {"name": "GLM-5", "params_b": 744.0}, "workload": {"metric": "output_throughput"}}
+DIST = {"attention-backend": optuna.distributions.CategoricalDistribution(["trtllm_mla", "nsa", "flashinfer"]),
+        "disable-cuda-graph": optuna.distributions.CategoricalDistribution([False, True]),
+        "cuda-graph-max-bs": optuna.distributions.CategoricalDistribution([16, 32, 64, 128])}
+
+
+def _trial(number: int, backend: str, graphs_off: bool, max_bs: int, failure: str | None = None,
+           message: str = "", value: float = 1.0) -> optuna.trial.FrozenTrial:
+    trial = optuna.trial.create_trial(
+        params={"attention-backend": backend, "disable-cuda-graph": graphs_off, "cuda-graph-max-bs": max_bs},
+        distributions=DIST, value=None if failure else value,
+        state=TrialState.PRUNED if failure else TrialState.COMPLETE,
+        user_attrs={"failure_kind": failure, "failure_message": message} if failure else {"feasible": True},
+        system_attrs={"constraints": (1.0 if failure else 0.0,)})
+    trial.number = number
+    return trial
+
+
+TRIALS = [
+    _trial(0, "trtllm_mla", False, 64, value=100.0),
+    # nsa fails with graphs on (at capture) and off (NaN); graphs off failed only with nsa.
+    _trial(1, "nsa", False, 64, "graph_capture_failed", "Exception: Capture cuda graph failed: illegal memory access"),
+    _trial(2, "nsa", True, 64, "nan", "logprob of output token 1 is NaN or inf (null)\nmore lines"),
+    _trial(3, "nsa", True, 32, "nan", "logprob of output token 1 is NaN or inf (null)"),
+    _trial(4, "trtllm_mla", False, 128, "oom", "torch.OutOfMemoryError: CUDA out of memory"),
+    _trial(5, "trtllm_mla", False, 32, value=120.0),
+    _trial(6, "trtllm_mla", False, 16, value=110.0),
+    _trial(7, "trtllm_mla", False, 32, "interrupted"),  # no configuration's fault: nothing learnt
+]
+
+
+def test_a_studys_failures_are_explained_by_the_values_that_failed_in_other_company_too():
+    knowledge = knowledge_of_trials("glm5", TRIALS, SM120, maximize=True)
+    got = {(lesson.kind.value, lesson.capture, str(lesson.values)): (lesson.count, lesson.blame, lesson.trials)
+           for lesson in knowledge.lessons}
+    assert got == {
+        ("graph_capture_failed", True, "{'attention-backend': 'nsa'}"): (1, 1.0, (1,)),
+        ("nan", False, "{'attention-backend': 'nsa'}"): (2, 2.0, (2, 3)),
+        ("oom", False, "{'cuda-graph-max-bs': {'at-least': 128}}"): (1, 1.0, (4,)),
+    }
+    nan = next(lesson for lesson in knowledge.lessons if lesson.kind == FailureKind.NAN)
+    assert nan.evidence == "logprob of output token 1 is NaN or inf (null)"  # the first line of the first failure
+    assert "workload" not in nan.context and nan.context["gpus"]["compute_capability"] == "12.0"
+    assert [(g.trial, g.rank) for g in knowledge.good] == [(5, 0), (6, 1), (0, 2)]  # best first
+    assert knowledge.good[0].context["workload"] == {"metric": "output_throughput"}
+
+
+def test_a_lesson_reads_as_a_sentence_and_matches_what_it_says():
+    flashmla = Lesson({"nsa-decode-backend": "flashmla_sparse"}, FailureKind.NAN, SM120)
+    assert flashmla.reads() == "`nsa-decode-backend: flashmla_sparse` gives NaN on SM120 with SGLang 0.5.6"
+    oom = Lesson({"cuda-graph-max-bs": {"at-least": 96}}, FailureKind.OOM, SM120)
+    assert oom.reads() == "`cuda-graph-max-bs: >= 96` runs out of memory with GLM-5 (744B) on 8x 95.6 GB, SGLang 0.5.6"
+    assert oom.matches({"cuda-graph-max-bs": 128}) and not oom.matches({"cuda-graph-max-bs": 64})
+    capture = Lesson({"attention-backend": "nsa"}, FailureKind.GRAPH_CAPTURE_FAILED, SM120, capture=True)
+    assert capture.matches({"attention-backend": "nsa", "disable-cuda-graph": False})
+    assert not capture.matches({"attention-backend": "nsa", "disable-cuda-graph": True})  # no capture, no lesson
+    switch = Lesson({"enable-x": True}, FailureKind.NAN, SM120)
+    assert not switch.matches({"enable-x": 1})  # a switch is not a size
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".json"])
+def test_the_file_reads_back_what_was_written(tmp_path, suffix):
+    knowledge = knowledge_of_trials("glm5", TRIALS, SM120, maximize=True)
+    path = tmp_path / f"k{suffix}"
+    path.write_text(render(knowledge, suffix.lstrip("."), "python -m tuner knowledge export --out k"))
+    back = read_knowledge(path)
+    assert back.source == str(path) and back.good == ()  # a file carries failures only
+    assert back.lessons == knowledge.lessons
+    if suffix == ".yaml":
+        text = path.read_text()
+        assert text.startswith("# What the failures of study 'glm5' showed")
+        assert "&id" not in text  # every entry's context written out, not as an alias
+        assert yaml.safe_load(text)["entries"][1]["reads"] == "`attention-backend: nsa` gives NaN on SM120 with " \
+                                                              "SGLang 0.5.6"
+
+
+@pytest.mark.parametrize("entry, problem", [
+    ("- 3", "entries[0] must be a mapping"),
+    ("- {kind: nan, context: {engine: {name: sglang}}}", "entries[0].values must name at least one flag"),
+    ("- {values: {x: {above: 3}}, kind: nan, context: {engine: {name: sglang}}}",
+     "entries[0].values.x: a range is {at-least: N} or {at-most: N}"),
+    ("- {values: {x: [1, 2]}, kind: nan, context: {engine: {name: sglang}}}",
+     "entries[0].values.x: [1, 2] is neither a value nor a range"),
+    ("- {values: {x: 1}, kind: nan, context: {gpus: {}}}", "entries[0].context must name the engine at least"),
+    ("- {values: {x: 1}, kind: nan, count: 0, context: {engine: {name: sglang}}}",
+     "entries[0].count must be a whole number of trials (1 or more), got 0"),
+    ("- {values: {x: 1}, kind: nan, count: 1, blame: 2, context: {engine: {name: sglang}}}",
+     "entries[0].blame must be a number in (0, count], got 2"),
+    ("- {values: {x: 1}, kind: nan, trials: 3, context: {engine: {name: sglang}}}",
+     "entries[0].trials must be a list of trial numbers"),
+    ("- {values: {x: 1}, kind: nan, capture: yes please, context: {engine: {name: sglang}}}",
+     "entries[0].capture must be true or false"),
+])
+def test_a_wrong_entry_is_named_with_its_fix(tmp_path, entry, problem):
+    path = tmp_path / "k.yaml"
+    path.write_text(f"format: tuner-knowledge\nschema: 1\nentries:\n{entry}\n")
+    with pytest.raises(KnowledgeError) as raised:
+        read_knowledge(path)
+    assert str(raised.value).startswith(f"{path}: {problem}")
+    assert "\n" not in str(raised.value)

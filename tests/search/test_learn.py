@@ -1,0 +1,176 @@
+"""`run --learn-from` and `knowledge export` through the command line: real tuner processes, real simulated servers,
+real SQLite studies (tuner/search/_learn.py, tuner/search/_warm.py, tuner/search/_knowledge.py)."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+import yaml
+
+from conftest import REPO, instant_space
+
+SIM_FAST = {"TUNER_SIM_TIME_SCALE": "0.03", "TUNER_SIM_STARTUP_SCALE": "0.002"}
+GLM5_SPACE = REPO / "search_spaces" / "glm5-nvfp4-sm120.yaml"
+SHIPPED = REPO / "search_spaces" / "knowledge" / "glm5-nvfp4-sm120.yaml"
+# On SM120 with SGLang 0.5.6 only trtllm_mla runs: nsa (flashmla_*) answers NaN or crashes capturing, flashinfer
+# answers NaN at batch 64, triton garbage (tuner/sim/profiles/glm5-nvfp4-sm120.yaml).
+BROKEN = {"nsa", "flashinfer", "triton"}
+FIRST = 6  # trials of the GLM-5 studies compared
+
+
+def _other_model_on_the_same_gpu(tuner) -> tuple[str, str]:
+    """A DeepSeek-V3.2-shaped model on the twin's GPUs and SGLang (the same kernels, so the same broken backends),
+    and a space for it that tries the seed story's backends first: (profile file, space file)."""
+    profile = yaml.safe_load((REPO / "tuner" / "sim" / "profiles" / "glm5-nvfp4-sm120.yaml").read_text())
+    profile["name"] = "dsv32-nvfp4-sm120"
+    profile["model"].update(name="DeepSeek-V3.2-NVFP4", architecture="DeepseekV32ForCausalLM", params_b=671,
+                            active_params_b=37, weight_gb_sharded=420.0, layers=61, hidden_size=7168)
+    profile_path = tuner.space(yaml.safe_dump(profile, sort_keys=False), "dsv32-profile.yaml")
+    space = yaml.safe_load(GLM5_SPACE.read_text())
+    space["name"] = "dsv32"
+    baseline = space["baseline"]
+    graphs_off = {**{k: v for k, v in baseline.items() if k != "cuda-graph-max-bs"}, "disable-cuda-graph": True}
+    space["try-first"] = [{**graphs_off, "attention-backend": "nsa", "nsa-decode-backend": "flashmla_sparse"},
+                          {**baseline, "attention-backend": "nsa", "nsa-decode-backend": "flashmla_kv"},
+                          {**baseline, "attention-backend": "flashinfer"}, {**baseline, "attention-backend": "triton"}]
+    return str(profile_path), str(tuner.space(yaml.safe_dump(space, sort_keys=False), "dsv32.yaml"))
+
+
+def _backends(study) -> list[str]:
+    return [t.params["attention-backend"] for t in sorted(study.get_trials(), key=lambda t: t.number)]
+
+
+@pytest.mark.timeout(900)
+def test_a_second_glm5_study_skips_the_backends_another_model_on_the_same_gpu_found_broken(tuner):
+    profile, space = _other_model_on_the_same_gpu(tuner)
+    first = tuner.run("run", "--trials", "6", "--simulate", profile, "--space", space, env=SIM_FAST)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "learning from" not in first.stderr  # nothing earlier in the storage
+
+    # What its failures showed, as a file.
+    export = tuner.run("knowledge", "export", "--study", "dsv32", "--out", "dsv32.yaml")
+    assert export.returncode == 0, export.stderr
+    document = yaml.safe_load((tuner.folder / "dsv32.yaml").read_text())
+    assert (document["format"], document["schema"]) == ("tuner-knowledge", 1)
+    entries = {(e["values"].get("attention-backend"), e["kind"]): e for e in document["entries"]}
+    nan = entries["nsa", "nan"]
+    assert nan["reads"] == "`attention-backend: nsa` gives NaN on SM120 with SGLang 0.5.6"
+    assert nan["trials"][0] == 1 and nan["count"] == len(nan["trials"]) and nan["study"] == "dsv32"
+    assert nan["evidence"].startswith("logprob of output token 1 is NaN")
+    assert nan["context"]["engine"]["version"] == "0.5.6"
+    assert nan["context"]["gpus"]["compute_capability"] == "12.0"
+    assert nan["context"]["model"]["name"] == "DeepSeek-V3.2-NVFP4"
+    assert entries["nsa", "graph_capture_failed"]["capture"] is True
+    assert entries["flashinfer", "nan"]["trials"][0] == 3
+    assert entries["triton", "garbage"]["trials"][0] == 4
+    # Graphs off failed only together with nsa: nsa, which failed with graphs on too, takes the blame alone.
+    assert not [e for e in document["entries"] if e["values"].get("disable-cuda-graph") is True]
+    assert export.stderr.splitlines()[0] == f"study 'dsv32' (sqlite:///trials.db): {len(entries)} entries written to " \
+                                            "dsv32.yaml"
+
+    # The same GLM-5 study twice, with the same seed: cold (in a storage of its own), then learning from this
+    # storage's studies on the same engine and GPU, by default.
+    cold = tuner.run("run", "--trials", str(FIRST), "--simulate", "--storage", "sqlite:///cold.db", env=SIM_FAST)
+    assert cold.returncode == 0, cold.stderr[-3000:]
+    assert "learning from" not in cold.stderr
+    warm = tuner.run("run", "--trials", str(FIRST), "--simulate", "--study", "glm5-warm", env=SIM_FAST)
+    assert warm.returncode == 0, warm.stderr[-3000:]
+    said = warm.stderr.splitlines()[0]
+    assert said.startswith("learning from 1 earlier study of this storage on the same engine and GPU: study 'dsv32' "
+                           "("), said
+    assert said.endswith("(--learn-from none starts cold)")
+    cold_study = optuna.load_study(study_name="glm5-nvfp4-sm120", storage=f"sqlite:///{tuner.folder / 'cold.db'}")
+    cold_backends, warm_backends = _backends(cold_study), _backends(tuner.study("glm5-warm"))
+    assert BROKEN & set(cold_backends), cold_backends  # cold, the search meets a broken backend early
+    assert not BROKEN & set(warm_backends), warm_backends  # warm, from its first trial on it does not
+    warm_study = tuner.study("glm5-warm")
+    assert warm_study.trials[1].user_attrs["learned_from"] == "study 'dsv32'"  # its winner, right after the baseline
+    learned = warm_study.user_attrs["learned"]
+    assert learned["default"] is True and [s["source"] for s in learned["sources"]] == ["study 'dsv32'"]
+    # Resumed, it learns the same again, and says so without promising the configurations it ran at its start.
+    more = tuner.run("run", "--trials", str(FIRST + 1), "--simulate", "--study", "glm5-warm", env=SIM_FAST)
+    assert more.returncode == 0, more.stderr[-3000:]
+    lessons = learned["sources"][0]["lessons"]
+    assert more.stderr.splitlines()[0] == ("learning from 1 earlier study of this storage on the same engine and GPU: "
+                                           f"study 'dsv32' ({lessons} lessons) (--learn-from none starts cold)")
+    assert tuner.study("glm5-warm").user_attrs["learned"]["sources"][0]["first"] == 1
+    show = tuner.run("show", "--study", "glm5-warm", env={"COLUMNS": "250"})
+    line, = [line for line in show.stdout.splitlines() if line.startswith("learned: ")]
+    assert line == f"learned: {lessons} lessons from study 'dsv32', its configurations tried as trial 1"
+    assert tuner.leftovers() == {}
+
+
+@pytest.mark.timeout(600)
+def test_the_shipped_knowledge_is_used_and_a_lesson_this_study_contradicts_does_not_stop_the_value(tuner):
+    """From the shipped file plus a wrong entry (trtllm_mla, the one backend that runs, said to give NaN): the
+    baseline runs trtllm_mla, which voids the entry, and the study goes on with it; the broken backends the file
+    names stay untried."""
+    knowledge = yaml.safe_load(SHIPPED.read_text())
+    nan = next(e for e in knowledge["entries"] if e["values"] == {"attention-backend": "nsa"} and e["kind"] == "nan")
+    knowledge["entries"].append({**nan, "values": {"attention-backend": "trtllm_mla"}, "reads": "wrong"})
+    path = tuner.space(yaml.safe_dump(knowledge, sort_keys=False), "told.yaml")
+    done = tuner.run("run", "--trials", str(FIRST), "--simulate", "--learn-from", str(path), env=SIM_FAST)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lessons = len(knowledge["entries"])
+    assert done.stderr.splitlines()[0] == f"learning from {path} ({lessons} lessons)", done.stderr[:500]
+    study = tuner.study("glm5-nvfp4-sm120")
+    assert _backends(study) == ["trtllm_mla"] * FIRST
+    source, = study.user_attrs["learned"]["sources"]
+    assert (source["source"], source["lessons"], source["first"]) == (str(path), lessons, 0)
+    assert "`attention-backend: trtllm_mla` gives NaN on SM120 with SGLang 0.5.6" in source["told"]
+    assert study.user_attrs["learned"]["default"] is False
+
+
+KNOWN = ("format: tuner-knowledge\nschema: 1\nentries:\n- values: {attention-backend: triton}\n  kind: {kind}\n"
+         "  context: {engine: {name: sglang, version: 0.5.6}, gpus: {compute_capability: '12.0'}}\n")
+BAD_SOURCES = {
+    "nosuch": ("--learn-from nosuch: no study of that name in sqlite:///trials.db, and no such file; pass a knowledge "
+               "file (.yaml or .json) or a storage URL (sqlite:///other.db#study)"),
+    "missing.yaml": ("knowledge file missing.yaml does not exist; pass a file 'python -m tuner knowledge export' "
+                     "wrote, a study name or a storage URL"),
+    "none missing.yaml": ("--learn-from none starts cold, and cannot be given with other sources; pass either 'none' "
+                          "or the sources to learn from"),
+    "sqlite:///other.db": ("--learn-from sqlite:///other.db: no study in sqlite:///other.db: the file other.db does "
+                           "not exist; pass a storage URL that holds a study, e.g. sqlite:///other.db#study"),
+    "broken.yaml": "knowledge file broken.yaml is not YAML at line 2; pass a file 'python -m tuner knowledge export' "
+                   "wrote",
+    "broken.json": "knowledge file broken.json is not JSON; pass a file 'python -m tuner knowledge export' wrote",
+    "space.yaml": ("space.yaml is not a tuner knowledge file (no 'format: tuner-knowledge'); pass a file 'python -m "
+                   "tuner knowledge export' wrote"),
+    "newer.yaml": ("newer.yaml: schema 2 is not one this tuner reads (1); export it again with this tuner's "
+                   "'knowledge export'"),
+    "kind.yaml": ("kind.yaml: entries[0].kind: 'nann' is not a failure kind; use one of crash_on_start, "
+                  "crash_under_load, garbage, graph_capture_failed, hang, inconsistent_logprobs, nan, oom, wrong_answer"),
+    "slo.yaml": "slo.yaml: entries[0].kind: slo_violation failures are not carried to other studies; drop the entry",
+}
+
+
+@pytest.mark.parametrize("source", list(BAD_SOURCES))
+def test_a_source_that_cannot_be_learnt_from_is_one_line_and_nothing_is_written(tuner, source):
+    space = tuner.space(instant_space("bad-source"))
+    tuner.space("x: [\n", "broken.yaml")
+    tuner.space("{\"format\": ", "broken.json")
+    tuner.space(KNOWN.replace("{kind}", "nan").replace("schema: 1", "schema: 2"), "newer.yaml")
+    tuner.space(KNOWN.replace("{kind}", "nann"), "kind.yaml")
+    tuner.space(KNOWN.replace("{kind}", "slo_violation"), "slo.yaml")
+    done = tuner.run("run", "--trials", "1", "--space", str(space), "--simulate", "instant", "--learn-from",
+                     *source.split())
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [f"error: {BAD_SOURCES[source]}"]
+    assert not (tuner.folder / "trials.db").exists() and not (tuner.folder / "runs").exists()
+
+
+def test_a_study_without_a_context_is_refused_as_a_source_and_for_export(tuner):
+    """A study from before contexts were recorded cannot be matched to another: both commands say so in one line."""
+    old = optuna.create_study(study_name="old", storage=tuner.storage)
+    old.optimize(lambda trial: trial.suggest_float("x", 0, 1), n_trials=1)
+    space = tuner.space(instant_space("new"))
+    run = tuner.run("run", "--trials", "1", "--space", str(space), "--simulate", "instant", "--learn-from", "old")
+    export = tuner.run("knowledge", "export", "--study", "old", "--out", "old.yaml")
+    fix = ("study 'old' has no recorded context (it ran before the tuner recorded one), so nothing it learnt can be "
+           "matched to another study; add one trial to it with this tuner (run --study old --trials N+1), or leave "
+           "it out")
+    for done in (run, export):
+        assert done.returncode == 2 and done.stderr.splitlines() == [f"error: {fix}"], done.stderr
+    assert [s.study_name for s in optuna.get_all_study_summaries(tuner.storage)] == ["old"]
+    assert not (tuner.folder / "old.yaml").exists()

@@ -1,0 +1,1 @@
+"""Tests of the space file, read and checked (tuner.spec)."""

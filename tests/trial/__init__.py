@@ -1,0 +1,1 @@
+"""Tests of one trial's stages (tuner.trial)."""

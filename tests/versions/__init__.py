@@ -1,0 +1,1 @@
+"""Tests of SGLang versions: flag checks, version verdicts, space upgrade (tuner.versions)."""

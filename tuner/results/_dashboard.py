@@ -1,0 +1,26 @@
+"""`tuner dashboard`: optuna-dashboard on the study's storage, with the server logs as artifacts."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from .._errors import UsageError
+from .._redact import redact_url
+from ..search import open_storage, stored_study_names
+from ..trial import port_is_free
+
+
+def serve(storage_url: str, host: str, port: int, workdir: str) -> None:
+    from optuna.artifacts import FileSystemArtifactStore
+    from optuna_dashboard import run_server
+
+    if not port_is_free(host, port):
+        raise UsageError(f"port {port} is in use on {host}", "pass --port with a free port")
+    stored_study_names(storage_url)  # a storage without a study is refused before anything is created
+    storage = open_storage(storage_url, heartbeat=False)
+    artifacts = Path(workdir) / "artifacts"
+    artifacts.mkdir(parents=True, exist_ok=True)
+    print(f"optuna-dashboard on http://{host}:{port}/ (storage {redact_url(storage_url)}, logs from {artifacts})",
+          file=sys.stderr)
+    run_server(storage, host=host, port=port, artifact_store=FileSystemArtifactStore(str(artifacts)))

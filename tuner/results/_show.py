@@ -1,0 +1,165 @@
+"""`tuner show`: the trials in a table that fits a terminal, the winner, and what the failures had in common."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import textwrap
+from collections import Counter, defaultdict
+
+from optuna.trial import FrozenTrial, TrialState
+
+from .._errors import NoEligibleTrialError
+from .._redact import redact_url
+from ..search import CONTEXT_ATTR, LEARNED_ATTR, describe_context, describe_learning, load_study
+from ._progress import fit, format_value, table
+from ._results import certainty_lines, objective_metric, winner
+from ._which_study import target_args
+
+# Each column one precision: throughput to 0.1 tok/s, TTFT to the ms, ITL to 0.1 ms, time to 0.1 s.
+_METRICS = (("out tok/s", "output_throughput", "{:.1f}"), ("p99 TTFT ms", "p99_ttft_ms", "{:.0f}"),
+            ("p99 ITL ms", "p99_itl_ms", "{:.1f}"), ("seconds", "total_seconds", "{:.1f}"))
+# A value is named as what the failures of a kind had in common when it is at least MIN_LIFT times more frequent
+# among them than among all trials, present in at least MIN_COUNT of them, and at least MIN_SHARE of the trials
+# with it failed that way (a value in 2 of 2 failures but also in 12 trials that ran is no cause).
+MIN_LIFT = 2.0
+MIN_COUNT = 2
+MIN_SHARE = 0.25
+
+
+def show(storage: str, study_name: str | None, sort: str = "value", failed_only: bool = False,
+         wide: bool = False) -> str:
+    study = load_study(storage, study_name)
+    everything = study.get_trials(deepcopy=False)
+    metric = objective_metric(study)
+    width = shutil.get_terminal_size((120, 24)).columns
+    try:
+        best = winner(study)
+    except NoEligibleTrialError:
+        best = None
+    trials = [t for t in everything if not t.user_attrs.get("feasible")] if failed_only else everything
+    keyed = {"number": lambda t: t.number, "time": lambda t: -t.user_attrs.get("total_seconds", 0.0),
+             "value": lambda t: -float(t.user_attrs.get(metric, 0.0) if t.user_attrs.get("feasible") else -1)}
+    trials = sorted(trials, key=keyed.get(sort, lambda t: -float(t.user_attrs.get(sort, 0.0) or 0.0)))
+    rows = [[t.number, _outcome(t, best), *[_cell(t.user_attrs.get(key), fmt) for _, key, fmt in _METRICS]]
+            for t in trials]
+    header = ["trial", "outcome", *[name for name, _, _ in _METRICS]]
+    if wide:  # every parameter, one column each
+        names = list(dict.fromkeys(k for t in everything for k in t.params))
+        text = table([[*row, *[t.params.get(k) for k in names]] for row, t in zip(rows, trials)], [*header, *names])
+    else:  # the parameters in which each trial differs from the winner, cut to the terminal's width
+        reference = best.trial if best else None
+        title = f"differs from trial {reference.number} (--wide)" if reference else "flags (--wide)"
+        room = max(20, width - max(map(len, table(rows, header).splitlines())) - 2)
+        seen = Counter((k, format_value(v)) for t in everything for k, v in t.params.items())
+        text = table([[*row, _differences(t, reference, room, seen)] for row, t in zip(rows, trials)],
+                     [*header, title])
+    # First, which study this is and its winner: a person with several studies must not read the wrong one.
+    count = f"{len(everything)} trial{'' if len(everything) == 1 else 's'}"
+    title = f"study '{study.study_name}' ({redact_url(storage)}), {count}; " + (
+        f"winner: trial {best.trial.number} ({'confirmed' if best.confirmed else 'not confirmed'})" if best
+        else "no trial qualified")
+    parts = [textwrap.fill(title, width=width, subsequent_indent="  ", break_on_hyphens=False,
+                           break_long_words=False), text]
+    if best is not None:
+        flags = " ".join(f"{k}={format_value(v)}" for k, v in best.trial.params.items())
+        parts.append("\n".join(textwrap.fill(line, width=width, subsequent_indent="  ", break_on_hyphens=False)
+                               for line in (f"winner: {best.describe(metric)}", f"  {flags}")))
+        parts[-1] += _certainty(study, best, shlex.join(target_args(storage, study)), width)
+    if study.user_attrs.get(CONTEXT_ATTR):  # what the study ran on and for, as its first trial found it
+        parts.append(textwrap.fill("context: " + describe_context(study.user_attrs[CONTEXT_ATTR]), width=width,
+                                   subsequent_indent="  ", break_on_hyphens=False, break_long_words=False))
+    if study.user_attrs.get(LEARNED_ATTR):  # what earlier studies told it (run --learn-from)
+        first: dict[str, list[int]] = {}
+        for t in everything:
+            if t.user_attrs.get("learned_from"):
+                first.setdefault(t.user_attrs["learned_from"], []).append(t.number)
+        parts.append(textwrap.fill("learned: " + describe_learning(study.user_attrs[LEARNED_ATTR], first),
+                                   width=width, subsequent_indent="  ", break_on_hyphens=False,
+                                   break_long_words=False))
+    parts.append(failure_breakdown(everything, width))
+    parts.append(_messages(trials, width))
+    return "\n\n".join(p for p in parts if p)
+
+
+def _certainty(study, best, where: str, width: int) -> str:
+    """How sure confirm is of the winner; a suggested command (carrying `where`: --storage, --study) stays on one
+    line, to be copied whole."""
+    return "".join("\n  " + (line if line.startswith("  ") else textwrap.fill(
+        line, width=width - 2, subsequent_indent="    ", break_on_hyphens=False, break_long_words=False))
+                   for line in certainty_lines(study, best, where))
+
+
+def _cell(value, fmt: str) -> str:
+    return fmt.format(value) if isinstance(value, (int, float)) else "-"
+
+
+def _outcome(t: FrozenTrial, best) -> str:
+    a = t.user_attrs
+    text = "ok" if a.get("feasible") else a.get("failure_kind") or t.state.name.lower()
+    if a.get("reused_from") is not None:
+        text += f" (={a['reused_from']})"
+    if best is not None and best.trial.number == t.number:
+        text += " *confirmed" if best.confirmed else " *best"
+    return text
+
+
+def _differences(t: FrozenTrial, reference: FrozenTrial | None, room: int, seen: Counter) -> str:
+    """The trial's parameters that differ from the reference's (all without one), cut at a whole flag. Choices
+    come first (a backend, a switch: what failures hinge on), the rarest value in the study first; parameters
+    with many values (memory fractions, sizes) last."""
+    distinct = Counter(k for k, _ in seen)
+    names = sorted((k for k, v in t.params.items()
+                    if reference is None or format_value(v) != format_value(reference.params.get(k))),
+                   key=lambda k: (distinct[k] > 8, seen[(k, format_value(t.params[k]))]))
+    return fit([f"{k}={format_value(t.params[k])}" for k in names], room)
+
+
+def failure_breakdown(trials: list[FrozenTrial], width: int = 120) -> str:
+    """For each failure kind, the parameter values that set its trials apart: ranked by how much more often they
+    occur among them than among all trials (lift), not by how often (a value most trials have is frequent among
+    failures too, and explains nothing). Interrupted trials are no configuration's fault."""
+    finished = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    by_kind: dict[str, list[FrozenTrial]] = defaultdict(list)
+    for t in trials:
+        kind = t.user_attrs.get("failure_kind")
+        if kind and kind != "none":
+            by_kind[kind].append(t)
+    if not by_kind:
+        return "failures: none"
+    everywhere = Counter((k, format_value(v)) for t in finished for k, v in t.params.items())
+    lines = []
+    ranked = False  # whether any kind has values to rank: only then does the heading promise them
+    for kind, ts in sorted(by_kind.items(), key=lambda kv: -len(kv[1])):
+        line = f"  {kind}: {len(ts)} trial(s)"
+        if kind != "interrupted" and finished:
+            among = Counter((k, format_value(v)) for t in ts for k, v in t.params.items())
+            scored = [((n / len(ts)) / (everywhere[kv] / len(finished)), n, kv) for kv, n in among.items()
+                      if n >= MIN_COUNT and everywhere[kv] and n / everywhere[kv] >= MIN_SHARE]
+            telling = [s for s in sorted(scored, reverse=True) if s[0] >= MIN_LIFT][:2]
+            if telling:
+                ranked = True
+                line += "; most telling: " + ", ".join(
+                    f"{k}={v} (in {n} of them; {n} of the {everywhere[(k, v)]} trials with it failed so: "
+                    f"{lift:.1f}x the rate of all {len(finished)})" for lift, n, (k, v) in telling)
+        lines.append(textwrap.fill(line, width=width, subsequent_indent="      ", break_on_hyphens=False,
+                                   break_long_words=False))
+    heading = "failures, and the values that set each kind apart:" if ranked else "failures:"
+    return "\n".join([heading, *lines])
+
+
+def _messages(trials: list[FrozenTrial], width: int) -> str:
+    """Every failure message in full, once per distinct message, with the trials that had it."""
+    groups: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for t in sorted(trials, key=lambda t: t.number):
+        a = t.user_attrs
+        if a.get("failure_message") and not a.get("feasible") and a.get("reused_from") is None:
+            groups[(a.get("failure_kind", "?"), a["failure_message"])].append(t.number)
+    if not groups:
+        return ""
+    lines = ["messages:"]
+    for (kind, message), numbers in groups.items():
+        head = f"  trial{'s' if len(numbers) > 1 else ''} {', '.join(map(str, numbers))} ({kind}): "
+        lines.append(textwrap.fill(message, width=width, initial_indent=head, subsequent_indent="      ",
+                                   break_long_words=False, break_on_hyphens=False))
+    return "\n".join(lines)

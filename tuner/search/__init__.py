@@ -1,0 +1,20 @@
+"""The search: the study and its storage, the crash-aware TPE sampler and the pruner, the workers that run trials
+(on GPU slots), and what a study learns from earlier ones (its context, knowledge and warm start)."""
+
+from __future__ import annotations
+
+from ._context import ATTR as CONTEXT_ATTR, ContextRecorder, describe as describe_context
+from ._gpus import GpuProbe, MemoryBaseline, check_gpu_ids, parse_gpu_list
+from ._knowledge import export as export_knowledge
+from ._learn import (ATTR as LEARNED_ATTR, Learning, best_context, describe as describe_learning, gather,
+                     line as learn_line, record as record_learning, stored_context, study_exists)
+from ._slots import SlotPool
+from ._study import SAMPLERS, heartbeat_settings, load_or_create, load_study, open_storage, stored_study_names
+from ._warm import WarmStart, warm_start
+from ._worker import Interrupted, Surplus, TrialBudget, Worker, fail_trials_of_dead_workers
+
+__all__ = ["CONTEXT_ATTR", "LEARNED_ATTR", "SAMPLERS", "ContextRecorder", "GpuProbe", "Interrupted", "Learning",
+           "MemoryBaseline", "SlotPool", "Surplus", "TrialBudget", "WarmStart", "Worker", "best_context",
+           "check_gpu_ids", "describe_context", "describe_learning", "export_knowledge", "fail_trials_of_dead_workers",
+           "gather", "heartbeat_settings", "learn_line", "load_or_create", "load_study", "open_storage",
+           "parse_gpu_list", "record_learning", "stored_context", "stored_study_names", "study_exists", "warm_start"]

@@ -1,0 +1,644 @@
+"""The tuner's TPE: Optuna's TPESampler, taught what a launch configuration costs.
+
+Five changes, each because plain TPE wasted server restarts on the shipped or generated spaces
+(benchmarks/search_efficiency.py has the figures):
+
+1. **Proposals are weighed by the chance that the server runs at all.** Plain TPE, even with the
+   feasibility constraint, ranks a crashed trial among the merely slower ones, and its prior favours choices
+   tried little: a backend that produced NaN every time looks *better* than the working one tried often, and
+   keeps being proposed (28% of the GLM-5 space's trials after the tenth crashed). Here the acquisition
+   log l(x)/g(x) gets RISK_AVERSION * log P(runs | x) added, with P(runs | x) from `RunOdds`: per choice of
+   an unordered flag, per range of an ordered one and, for a failure no single flag explains, per range
+   that a choice never ran with; from the trials that ran and the failures that blame them by kind (the idea
+   of c-TPE, Watanabe and Hutter, IJCAI 2023, with a model that learns "this backend crashes" from two or
+   three trials, and "batch 96 ran out of memory" as a statement about 96 and above; a multivariate Parzen
+   estimate of feasibility, tried first, could not). A failed CUDA graph capture (or a start that hung
+   capturing) speaks only of configurations that capture graphs (`GraphAwareOdds`), and a failure whose
+   message names its fix ("increase --mem-fraction-static") blames the side of the value that the fix moves
+   away from.
+2. **Nothing is proposed that is known in advance to be a wasted trial**: a candidate that breaks a constraint
+   the space declares, or repeats a configuration already measured (or running), is dropped from TPE's
+   candidates (a third of plain TPE's trials on the 70B space were such). If every candidate is one, TPE's
+   own choice stands and the worker records it without a restart.
+3. **Startup explores around the best configuration so far, not only at random.** Random launch flags mostly
+   crash on exotic hardware (four in five on the GLM-5 space), while one or two flags changed from a
+   configuration that works usually run and often tell more. Every other startup trial still draws every
+   flag at random (a TP x DP split far from the baseline is found that way), and startup proposals too are
+   kept with the chance that they run.
+4. **No GPU is left idle that another replica could use** (`Replicas`): a configuration whose tensor x
+   pipeline layout leaves GPUs free gets as many data-parallel replicas as fit. For a server's throughput
+   (and its latency under load) more copies of the same server are never worse, and a run that tried
+   TP 4 x DP 1 on eight GPUs spent a restart to learn what TP 4 x DP 2 would have told it, better.
+5. **A batch limit below the load counts against a proposal** (`BatchLimit`): with a throughput objective
+   measured at concurrency C, a configuration that admits M < C requests at once (SGLang's
+   max-running-requests, vLLM's max-num-seqs, per replica) serves at most M of them; the log of M / C is
+   added to the acquisition, as the chance to run is. Not a rule: results that say otherwise can outweigh it.
+
+What earlier studies found (tuner/search/_warm.py, `prior`) enters the same two places: the values their failures blame
+lower P(runs | x) until a trial of this study runs them, and their best configurations join the density of good
+configurations as weighted observations ("ghosts"). Without a prior the sampler is exactly the one above.
+
+Built on TPESampler internals of Optuna 5.0.0 (pinned in pyproject.toml; tests/search/test_tpe.py fails when they
+change): `_sample` is TPESampler's own with the additions marked. Its densities are built from the trials whose
+server ran; whether a server runs is the run odds' to say alone (Optuna would rank failed trials among the
+slowest as well, and a wrongly blamed flag value was then shunned twice over).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import optuna
+from optuna.distributions import BaseDistribution
+from optuna.samplers._tpe.sampler import _split_trials, default_gamma
+from optuna.trial import FrozenTrial, TrialState
+
+from .._failures import FailureKind, failed_capturing
+from ..spec import Space
+
+if TYPE_CHECKING:
+    from ._warm import Prior
+    from ..engines import Engine
+
+_TAKEN = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
+_TRIES = 32  # redraws of a startup proposal before giving up on a fresh, allowed one
+# P(runs) enters the acquisition to this power: a failed restart costs about as much as a slow one and
+# teaches less, so a likely crash must look worse than a likely small gain (1 halved the crashes of plain
+# TPE on the GLM-5 space, 2 halved them again; 3 bought no more; on the generated landscapes 1.5 and 1 reached
+# 98% no more often than 2, with more crashes: README, benchmark section).
+RISK_AVERSION = 2.0
+
+
+class CrashAwareTPE(optuna.samplers.TPESampler):
+    """TPESampler for launch flags: weighs proposals by P(the server runs) and by the share of the load they
+    admit, skips forbidden and repeated configurations, fills idle GPUs with replicas, and spends half of its
+    startup trials near the best configuration so far."""
+
+    def __init__(self, *, space: Space | None = None, engine: Engine | None = None, load: int | None = None,
+                 local_startup: bool = True, risk_aversion: float = RISK_AVERSION, prior: Prior | None = None,
+                 **kwargs: Any) -> None:
+        """`load`: the concurrency at which a throughput objective is measured (None for any other objective);
+        `prior`: what earlier studies tell this one (tuner/search/_warm.py)."""
+        super().__init__(**kwargs)
+        self._prior = prior
+        self._space = space
+        self._replicas = Replicas.of(space, engine)
+        self._batch_limit = BatchLimit.of(engine, load)
+        self._local_startup = local_startup
+        self._risk_aversion = risk_aversion
+
+    # -- startup -------------------------------------------------------------------------------------------
+    def _sample_relative(self, study: optuna.Study, trial: FrozenTrial,
+                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        if not search_space or self._finished(study) >= self._n_startup_trials:
+            return super()._sample_relative(study, trial, search_space)
+        # Startup: TPE would draw every flag at random, one by one, with no say over the whole.
+        taken = self._taken(study, trial)
+        odds = self._run_odds(study)
+        center = self._incumbent(study) if self._local_startup and self._finished(study) % 2 == 1 else None
+        rng = self._rng.rng
+        likeliest: tuple[float, dict[str, Any]] | None = None
+        for _ in range(_TRIES):
+            proposal = self._around(study, trial, search_space, center) if center else \
+                self._anywhere(study, trial, search_space)
+            if self._replicas is not None:
+                proposal = self._replicas.fill(proposal)
+            # Kept with the chance that it runs (to the power risk_aversion): a choice that failed before
+            # is drawn less, not never.
+            keep = np.exp(self._risk_aversion * odds.log_run(proposal, search_space) + self._log_share(proposal))
+            if self._allowed({}, proposal, taken):
+                if rng.random_sample() < keep:
+                    return proposal
+                if likeliest is None or keep > likeliest[0]:
+                    likeliest = (keep, proposal)
+        # None kept: TPE then draws every flag at random, with no say of the odds. Told by earlier studies which
+        # values fail (they make most draws unlikely to run), the likeliest of the draws is the better guess.
+        return likeliest[1] if likeliest is not None and self._prior is not None and self._prior.lessons else {}
+
+    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        """A flag outside the joint sample (one that is active only in some trials)."""
+        if self._finished(study) >= self._n_startup_trials:
+            return super().sample_independent(study, trial, param_name, param_distribution)
+        known, taken = self._get_params(trial, study), self._taken(study, trial)
+        for _ in range(_TRIES):
+            value = self._random_sampler.sample_independent(study, trial, param_name, param_distribution)
+            if self._allowed(known, {param_name: value}, taken):
+                break
+        return value
+
+    def _finished(self, study: optuna.Study) -> int:
+        return len(study._get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED),
+                                     use_cache=True))
+
+    def _incumbent(self, study: optuna.Study) -> FrozenTrial | None:
+        """The best trial that ran (the baseline, at first); with two objectives, best by the first."""
+        ran = [t for t in study._get_trials(deepcopy=False, states=(TrialState.COMPLETE,), use_cache=True)
+               if _violation(t) <= 0 and t.values]
+        if not ran:
+            return None
+        sign = 1.0 if study.directions[0] == optuna.study.StudyDirection.MAXIMIZE else -1.0
+        return max(ran, key=lambda t: sign * t.values[0])
+
+    def _anywhere(self, study: optuna.Study, trial: FrozenTrial,
+                  search_space: Mapping[str, BaseDistribution]) -> dict[str, Any]:
+        return {name: self._random_sampler.sample_independent(study, trial, name, dist)
+                for name, dist in search_space.items()}
+
+    def _around(self, study: optuna.Study, trial: FrozenTrial, search_space: Mapping[str, BaseDistribution],
+                center: FrozenTrial) -> dict[str, Any]:
+        """The center's values with one or two flags drawn anew."""
+        proposal = {name: center.params[name] for name in search_space if name in center.params}
+        names = sorted(proposal)
+        rng = self._rng.rng
+        for name in rng.choice(names, size=min(len(names), 1 + rng.randint(2)), replace=False):
+            for _ in range(8):
+                value = self._random_sampler.sample_independent(study, trial, name, search_space[name])
+                if value != proposal[name]:
+                    proposal[name] = value
+                    break
+        for name, dist in search_space.items():  # a flag the center lacks (not active there)
+            proposal.setdefault(name, self._random_sampler.sample_independent(study, trial, name, dist))
+        return proposal
+
+    # -- after startup: TPESampler._sample with the two additions ----------------------------------------------
+    def _sample(self, study: optuna.Study, trial: FrozenTrial,
+                search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        if self._constant_liar:
+            states = [TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING]
+        else:
+            states = [TrialState.COMPLETE, TrialState.PRUNED]
+        trials = study._get_trials(deepcopy=False, states=states, use_cache=not self._constant_liar)
+        if self._constant_liar:
+            trials = [t for t in trials if trial.number != t.number]
+        if self._gamma is None:
+            self._gamma = default_gamma
+        # Addition 0: TPE's densities model how fast a configuration is, among those that ran; whether it
+        # runs is RunOdds' to say. Optuna puts failed trials among the worst, so a flag value blamed wrongly
+        # (a DP split that crashed with a backend that never runs) was shunned twice over: on the generated
+        # training landscapes this cut the median restarts to 98% on 6 of 10 (benchmarks/search_efficiency.py).
+        ran = [t for t in trials if t.state == TrialState.RUNNING or _violation(t) <= 0]
+        if sum(t.state != TrialState.RUNNING for t in ran) >= 2:
+            trials = ran
+        n = sum(t.state != TrialState.RUNNING for t in trials)
+        below_trials, above_trials = _split_trials(study, trials, self._gamma(n))
+        mpe_below = self._build_parzen_estimator(study, search_space, below_trials, handle_below=True)
+        mpe_above = self._build_parzen_estimator(study, search_space, above_trials, handle_below=False)
+        samples_below = mpe_below.sample(self._rng.rng, self._n_ei_candidates)
+        external = _external(samples_below, search_space)
+        # Addition 3: idle GPUs filled with replicas, before the candidates are ranked.
+        if self._replicas is not None and self._replicas.flag in search_space:
+            external = [self._replicas.fill(params) for params in external]
+            dist = search_space[self._replicas.flag]
+            samples_below[self._replicas.flag] = np.array([dist.to_internal_repr(p[self._replicas.flag])
+                                                           for p in external], dtype=float)
+        acq_func_vals = self._compute_acquisition_func(samples_below, mpe_below, mpe_above)
+        # Addition 1: how likely each candidate is to start and answer correctly.
+        odds = self._run_odds(study)
+        log_run = np.array([odds.log_run(params, search_space) for params in external])
+        acq_func_vals = acq_func_vals + self._risk_aversion * log_run
+        # Addition 4: a batch limit below the load caps the throughput at the limit's share of it.
+        acq_func_vals = acq_func_vals + np.array([self._log_share(params) for params in external])
+        # Addition 2: candidates that are known wastes lose to every other.
+        taken = self._taken(study, trial)
+        known = self._get_params(trial, study)  # this trial's flags chosen so far, and its relative sample
+        allowed = np.array([self._allowed(known, params, taken) for params in external])
+        if allowed.any():
+            acq_func_vals = np.where(allowed, acq_func_vals, -np.inf)
+        best = int(np.argmax(acq_func_vals))
+        return external[best]
+
+    def _log_share(self, params: Mapping[str, Any]) -> float:
+        return self._batch_limit.log_share(params) if self._batch_limit is not None else 0.0
+
+    def _run_odds(self, study: optuna.Study) -> GraphAwareOdds:
+        finished = study._get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED),
+                                     use_cache=True)
+        odds = GraphAwareOdds.learn(finished)
+        # Warm start: failures of earlier studies that no trial of this one has contradicted (tuner/search/_warm.py).
+        return odds if self._prior is None or not self._prior.lessons else self._prior.odds(odds, finished)
+
+    def _build_parzen_estimator(self, study: optuna.Study, search_space: dict[str, BaseDistribution],
+                                trials: list[FrozenTrial], handle_below: bool) -> Any:
+        """TPESampler's own, with the good configurations of earlier studies (warm start) added to the density of
+        good configurations, each at its ghost weight beside the study's own trials' weights."""
+        ghosts = self._ghosts(search_space) if handle_below and not study._is_multi_objective() else []
+        if not ghosts:
+            return super()._build_parzen_estimator(study, search_space, trials, handle_below)
+        observations = self._get_internal_repr(trials, search_space, study)
+        own = len(next(iter(observations.values()))) if observations else 0
+        weights = self._parzen_estimator_parameters.weights(own)[:own] if own else np.array([])
+        for name in search_space:
+            observations[name] = np.append(observations[name], [g[0][name] for g in ghosts])
+        weights = np.append(np.asarray(weights, dtype=float), [g[1] for g in ghosts])
+        return self._parzen_estimator_cls(observations, search_space, self._parzen_estimator_parameters, weights)
+
+    def _ghosts(self, search_space: Mapping[str, BaseDistribution]) -> list[tuple[dict[str, float], float]]:
+        """The prior's ghosts that set every flag of the search space to a value it holds, in internal form."""
+        out = []
+        for ghost in self._prior.ghosts if self._prior is not None else ():
+            try:
+                internal = {name: dist.to_internal_repr(ghost.params[name]) for name, dist in search_space.items()}
+            except (KeyError, ValueError):
+                continue
+            if all(dist._contains(internal[name]) for name, dist in search_space.items()):
+                out.append((internal, ghost.weight))
+        return out
+
+    # -- known wastes ------------------------------------------------------------------------------------------
+    def _taken(self, study: optuna.Study, trial: FrozenTrial) -> list[dict[str, Any]]:
+        """Parameters of every other trial that finished or is running (its planned ones, with constant liar)."""
+        return [self._get_params(t, study) for t in study._get_trials(deepcopy=False, states=_TAKEN,
+                                                                       use_cache=False)
+                if t.number != trial.number]
+
+    def _allowed(self, known: Mapping[str, Any], proposal: Mapping[str, Any],
+                 taken: Sequence[Mapping[str, Any]]) -> bool:
+        values = {**known, **proposal}
+        if self._space is not None and self._space.violations(values):
+            return False
+        # Flags not chosen yet (inactive ones, or drawn later in this trial) cannot tell two trials apart.
+        return not any(all(other.get(k, _MISSING) == v for k, v in values.items()) for other in taken)
+
+
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class Replicas:
+    """Raises a configuration's data-parallel replica count to the most that fit the space's GPUs and its
+    constraints: GPUs a tensor x pipeline layout leaves free would otherwise sit idle."""
+
+    flag: str  # the replica count's parameter (SGLang's dp-size, vLLM's data-parallel-size)
+    counts: tuple[int, ...]  # its values, ascending
+    space: Space
+    gpus_needed: Callable[[Mapping[str, Any]], int]
+
+    @classmethod
+    def of(cls, space: Space | None, engine: Engine | None) -> Replicas | None:
+        """None where there is nothing to fill: no GPU count, or no unconditional replica count to search."""
+        if space is None or engine is None or space.gpus is None or engine.replica_flag is None:
+            return None
+        param = space.params.get(engine.replica_flag)
+        if param is None or param.when or param.type not in ("categorical", "int"):
+            return None
+        counts = param.grid()
+        if not all(isinstance(n, int) and not isinstance(n, bool) for n in counts):
+            return None
+        return cls(param.name, tuple(sorted(counts)), space, engine.gpus_needed)
+
+    def fill(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        current = values.get(self.flag)
+        if not isinstance(current, int):
+            return dict(values)
+        one = self.gpus_needed(self.space.config({**values, self.flag: 1}).flags)
+        filled = dict(values)
+        for n in self.counts:
+            if n <= current:
+                continue
+            if one * n > self.space.gpus:
+                break
+            more = {**values, self.flag: n}
+            # `--dp-size N --enable-dp-attention` (SGLang) puts the dp ranks on the tensor-parallel GPUs.
+            if self.gpus_needed(self.space.config(more).flags) != one * n:
+                break
+            if not self.space.violations(more):
+                filled = more
+        return filled
+
+
+@dataclass(frozen=True)
+class BatchLimit:
+    """How much of the probe's load a configuration can serve at once: a server that admits 16 requests at a
+    time, probed with 256 concurrent ones, decodes batches of 16 while the rest wait, so its throughput is at
+    most what it reaches at concurrency 16. Known before the restart, this is weighed like the chance to run
+    (its log added to TPE's acquisition): without it, TPE learned that 16 is slow only from 16's own trials,
+    and a traced run on a generated landscape probed at 256 spent 9 of its 40 restarts on limits of 16 and 64.
+    tests/engines/test_vllm.py checks the premise on vLLM's CPU server, from its own /metrics."""
+
+    flag: str  # SGLang's max-running-requests, vLLM's max-num-seqs
+    replica_flag: str | None
+    load: int
+
+    @classmethod
+    def of(cls, engine: Engine | None, load: int | None) -> BatchLimit | None:
+        if engine is None or engine.batch_limit_flag is None or not load:
+            return None
+        return cls(engine.batch_limit_flag, engine.replica_flag, load)
+
+    def log_share(self, params: Mapping[str, Any]) -> float:
+        """log of the share of the load admitted at once (0 where all of it is, or the limit is not set)."""
+        limit = params.get(self.flag)
+        if not _is_number(limit) or limit <= 0:
+            return 0.0
+        # Each replica has a scheduler of its own, started with the same flags (SGLang 0.5.23's
+        # data_parallel_controller.py leaves the limit alone); ranks under DP attention share one limit
+        # (model_executor/pool_configurator.py divides it by attn_dp_size), so this overcounts there: the
+        # weight errs towards no penalty.
+        replicas = params.get(self.replica_flag) if self.replica_flag else None
+        if _is_number(replicas) and replicas > 1:
+            limit *= replicas
+        return min(0.0, math.log(limit / self.load))
+
+
+PRIOR_STRENGTH = 1.0  # how many trials' worth the overall run rate counts for a choice seen rarely
+# The share of a failure's blame that goes to ordered flags (numbers: sizes, fractions, limits) when unordered
+# choices (backends, dtypes, switches) are suspects too. Running out of memory is what a larger size or
+# fraction does; NaN, garbage and a failed capture are what a kernel does.
+_ORDERED_SHARE = {FailureKind.OOM: 0.75, FailureKind.NAN: 0.25, FailureKind.GARBAGE: 0.25,
+                  FailureKind.GRAPH_CAPTURE_FAILED: 0.25, FailureKind.WRONG_ANSWER: 0.25,
+                  FailureKind.INCONSISTENT_LOGPROBS: 0.25}
+UP, DOWN, AT = 1, -1, 0  # a blame on an ordered flag covers its value and those above, below, or it alone
+
+
+@dataclass(frozen=True)
+class Blame:
+    """A failed trial's blame on one suspect, and its share of the trial's blame (a trial's shares add up to 1).
+    A choice alone, an ordered value with the side of it that is suspect, or a pair of the two: the choice
+    together with the ordered flag beyond every value it ran with."""
+
+    weight: float
+    choice: tuple[str, Any] | None = None  # (flag, _key(value)) of an unordered flag
+    ordered: tuple[str, float, int] | None = None  # (flag, value, side) of an ordered one
+    shared: bool = False  # nothing in the trial was unproven: shared by all its values, none singled out
+
+
+@dataclass
+class Shown:
+    """What a set of trials shows to run, and the blame each failed one puts on what did not (RunOdds's rules)."""
+
+    failed: list[FrozenTrial]
+    base: float  # the overall run rate, drawn towards 1/2
+    runs: dict[tuple[str, Any], int]  # by choice: the trials that ran with it
+    ran_values: dict[str, list[float]]  # by ordered flag: its values in the trials that ran
+    ran_with: dict[tuple[tuple[str, Any], str], list[float]]  # by (choice, ordered flag): its values with the choice
+
+    @classmethod
+    def of(cls, trials: Sequence[FrozenTrial]) -> Shown:
+        """Trials refused for breaking a declared constraint are not failures of any choice."""
+        counted = [t for t in trials if t.user_attrs.get("failure_kind") != FailureKind.INVALID_CONFIG]
+        ran = [t for t in counted if _violation(t) <= 0]
+        failed = [t for t in counted if _violation(t) > 0]
+        runs: dict[tuple[str, Any], int] = {}
+        ran_values: dict[str, list[float]] = {}
+        ran_with: dict[tuple[tuple[str, Any], str], list[float]] = {}
+        for t in ran:
+            choices, values = _choices(t), _ordered(t)
+            for choice in choices:
+                runs[choice] = runs.get(choice, 0) + 1
+            for name, value in values.items():
+                ran_values.setdefault(name, []).append(value)
+                for choice in choices:
+                    ran_with.setdefault((choice, name), []).append(value)
+        return cls(failed, (len(ran) + 1) / (len(counted) + 2), runs, ran_values, ran_with)
+
+    def blames(self, t: FrozenTrial) -> list[Blame]:
+        """Where a failed trial puts its blame (RunOdds's docstring has the rules)."""
+        choices, values = _choices(t), _ordered(t)
+        weight = 1.0  # of the blame, what the rules below share out
+        out = []
+        if fixes := [(name, side) for name, side in _named_fixes(t) if name in values]:
+            # Half on the values the message calls too small (or too large) and those beyond them; half as
+            # for any other failure, over the rest (the split may need more GPUs than a fraction makes up for).
+            weight = 0.5
+            out += [Blame(weight / len(fixes), ordered=(name, values.pop(name), side)) for name, side in fixes]
+        suspects = [c for c in choices if c not in self.runs]
+        ordered_suspects = [(name, value, side) for name, value in values.items()
+                            if (side := _unproven_side(value, self.ran_values.get(name, ()))) is not None]
+        shared = False
+        if not suspects and not ordered_suspects:  # an interaction of flags that each ran elsewhere
+            # A choice that ran, but never with a value this far (an FP8 KV cache that ran at batch 64 and
+            # gives NaN at 512, where the default dtype runs): the pair is to blame, not either alone.
+            pairs = [(c, name, value, side) for c in choices for name, value in values.items()
+                     if (side := _unproven_side(value, self.ran_with.get((c, name), ()))) is not None]
+            if pairs:
+                return out + [Blame(weight / len(pairs), choice=c, ordered=(name, value, side))
+                              for c, name, value, side in pairs]
+            suspects, ordered_suspects, shared = choices, [(name, value, AT) for name, value in values.items()], True
+        share = _ORDERED_SHARE.get(t.user_attrs.get("failure_kind"), 0.5) if suspects else 1.0
+        if not ordered_suspects:
+            share = 0.0
+        out += [Blame(weight * (1.0 - share) / len(suspects), choice=c, shared=shared) for c in suspects]
+        out += [Blame(weight * share / len(ordered_suspects), ordered=(name, value, side), shared=shared)
+                for name, value, side in ordered_suspects]
+        return out
+
+
+class RunOdds:
+    """P(a server runs | its flags), learned from the trials so far.
+
+    A failed trial blames what in it has never been shown to run. For an unordered choice (a backend, a
+    dtype, a switch) that is the choice itself. For an ordered flag (a batch size, a memory fraction, a limit),
+    where failures are mostly monotone (a server that runs out of memory at max batch 96 does so at 128 too,
+    and may well run at 48), it is the failed value and everything beyond it on the side where no trial
+    has run: above the largest value that ran, or below the smallest. The blame is split between the two
+    kinds of suspect by the failure's kind (`_ORDERED_SHARE`: an OOM points at sizes, a NaN at kernels), then
+    equally within each. A message that names its fix (`_named_fixes`) puts half of the blame on the flag it
+    names, on the side its fix moves away from, and the other half goes by these rules. If nothing in the
+    trial is unproven, the failure is an interaction: of a choice with an ordered value beyond every value that
+    ran with that choice (an FP8 KV cache run at batch 64, failing at 512 where the default dtype runs), blamed
+    on that pair and the far side, or, where there is no such pair, shared by all of its choices and values.
+    Each choice's chance is its runs against its runs plus blame, drawn towards the overall run rate while it
+    has been tried little; an ordered value's chance counts as runs the trials that ran at that value or beyond
+    it, and is 1 where no blame covers it (a value between or beyond tried ones is not suspect in itself); a
+    pair's alike, over the runs with its choice. A configuration runs only if every flag in it does: its chance
+    is that of its weakest unordered choice, times that of each ordered value and pair under blame. Trials
+    refused for breaking a declared constraint are not failures of any choice.
+    """
+
+    def __init__(self, log_by_choice: dict[tuple[str, Any], float], log_unseen: dict[str, float],
+                 log_base: float, ran_values: dict[str, list[float]],
+                 ordered_blame: dict[str, list[tuple[float, int, float]]],
+                 ran_with: dict[tuple[tuple[str, Any], str], list[float]],
+                 pair_blame: dict[tuple[tuple[str, Any], str], list[tuple[float, int, float]]]) -> None:
+        self._log = log_by_choice
+        self._unseen = log_unseen  # by flag: a choice of it not tried yet
+        self._base = log_base  # a flag not tried yet
+        self._ran_values = ran_values  # by ordered flag: its values in the trials that ran
+        self._ordered_blame = ordered_blame  # by ordered flag: (value, side, weight) of each blame
+        self._ran_with = ran_with  # by (choice, ordered flag): the flag's values in the runs with the choice
+        self._pair_blame = pair_blame  # by (choice, ordered flag): (value, side, weight) of each blame
+
+    @classmethod
+    def learn(cls, trials: Sequence[FrozenTrial]) -> RunOdds:
+        shown = Shown.of(trials)
+        blame: dict[tuple[str, Any], float] = {}
+        ordered_blame: dict[str, list[tuple[float, int, float]]] = {}
+        pair_blame: dict[tuple[tuple[str, Any], str], list[tuple[float, int, float]]] = {}
+        for t in shown.failed:
+            for b in shown.blames(t):
+                if b.choice is not None and b.ordered is not None:
+                    name, value, side = b.ordered
+                    pair_blame.setdefault((b.choice, name), []).append((value, side, b.weight))
+                elif b.choice is not None:
+                    blame[b.choice] = blame.get(b.choice, 0.0) + b.weight
+                else:
+                    name, value, side = b.ordered
+                    ordered_blame.setdefault(name, []).append((value, side, b.weight))
+        runs, ran_values, ran_with, base = shown.runs, shown.ran_values, shown.ran_with, shown.base
+        # A flag whose choices crashed when first tried (backends on unsupported hardware) is likely to crash
+        # on the next new choice too: each flag's prior is the share of its tried choices that ever ran (a
+        # choice that took part of a failure's blame counts as tried by that part).
+        tried: dict[str, float] = {}
+        proven: dict[str, int] = {}
+        for name, value in {*runs, *blame}:
+            ran_here = (name, value) in runs
+            tried[name] = tried.get(name, 0.0) + (1.0 if ran_here else min(1.0, blame[name, value]))
+            proven[name] = proven.get(name, 0) + ran_here
+        prior = {name: base * (proven[name] + 1) / (tried[name] + 1) for name in tried}
+        log_by_choice = {c: math.log((runs.get(c, 0) + PRIOR_STRENGTH * prior[c[0]])
+                                     / (runs.get(c, 0) + blame.get(c, 0.0) + PRIOR_STRENGTH))
+                         for c in set(runs) | set(blame)}
+        unseen = {name: math.log(p) for name, p in prior.items()}
+        return cls(log_by_choice, unseen, math.log(base), ran_values, ordered_blame, ran_with, pair_blame)
+
+    def log_run(self, params: Mapping[str, Any], search_space: Mapping[str, BaseDistribution]) -> float:
+        """log P(runs) of a configuration: that of its least likely unordered choice, times that of each
+        ordered value and each pair (a choice, a range of an ordered flag) that a failure's blame covers."""
+        weakest, ordered = 0.0, 0.0
+        choices, values = [], {}
+        for name, value in params.items():
+            dist = search_space.get(name)
+            if dist is None:
+                continue
+            if _is_ordered(dist):
+                values[name] = float(value)
+                ordered += _log_run_ordered(self._ordered_blame.get(name, ()), self._ran_values.get(name, ()),
+                                            values[name])
+            else:
+                choices.append((name, _key(value)))
+                weakest = min(weakest, self._log.get((name, _key(value)), self._unseen.get(name, self._base)))
+        for (choice, name), blames in self._pair_blame.items():
+            if choice in choices and name in values:
+                ordered += _log_run_ordered(blames, self._ran_with.get((choice, name), ()), values[name])
+        return weakest + ordered
+
+
+def _log_run_ordered(blames: Sequence[tuple[float, int, float]], ran: Sequence[float], value: float) -> float:
+    """Each side's blame that covers this value against the runs that cover it; the worse side counts."""
+    worst = 0.0
+    for side in (UP, DOWN, AT):
+        blame = sum(w for v, s, w in blames if s == side and _covers(v, side, value))
+        if blame > 0:
+            runs = sum(_covers(value, side, r) for r in ran)
+            worst = min(worst, math.log((runs + PRIOR_STRENGTH) / (runs + blame + PRIOR_STRENGTH)))
+    return worst
+
+
+# Each flag, with the value that turns CUDA graph capture off (SGLang's, then vLLM's).
+_GRAPHS_OFF = {"disable-cuda-graph": True, "disable-decode-cuda-graph": True, "cuda-graph-backend-decode": "disabled",
+               "enforce-eager": True}
+
+
+def _captures_graphs(params: Mapping[str, Any]) -> bool:
+    return not any(params.get(flag) == value for flag, value in _GRAPHS_OFF.items())
+
+
+class GraphAwareOdds:
+    """P(runs | flags) = P(starts and answers | flags) x P(CUDA graph capture works | flags), the second
+    only for a configuration that captures graphs.
+
+    A failed capture cannot happen without capture, yet one `RunOdds` over all trials blames the backend it
+    failed with for every configuration, graphs off included: on the generated landscapes where the optimum
+    runs such a backend with graphs off, the search left it after one failure (benchmarks/search_efficiency.py).
+    So the capture failures (an exception, or a start that hung after the capture-begin line) and the trials
+    that captured and ran teach the second factor alone, and every other trial the first. With no failed
+    capture this is exactly one `RunOdds` over all trials.
+    """
+
+    def __init__(self, general: RunOdds, capture: RunOdds | None) -> None:
+        self._general = general
+        self._capture = capture
+
+    @classmethod
+    def learn(cls, trials: Sequence[FrozenTrial]) -> GraphAwareOdds:
+        failed_capture = [failed_capturing(t.user_attrs) for t in trials]
+        general = RunOdds.learn([t for t, failed in zip(trials, failed_capture) if not failed])
+        if not any(failed_capture):
+            return cls(general, None)
+        # A graphs-off run proves nothing about capture: counted here, it made a backend look safe to
+        # capture with, and the search failed capture with it again and again.
+        attempts = [t for t, failed in zip(trials, failed_capture)
+                    if failed or (_violation(t) <= 0 and _captures_graphs(t.params))]
+        return cls(general, RunOdds.learn(attempts))
+
+    def log_run(self, params: Mapping[str, Any], search_space: Mapping[str, BaseDistribution]) -> float:
+        log = self._general.log_run(params, search_space)
+        if self._capture is not None and _captures_graphs(params):
+            log += self._capture.log_run(params, search_space)
+        return log
+
+
+# A failure that names its fix: SGLang's "Not enough memory. Please try to increase --mem-fraction-static."
+# (model_runner.py, no memory left for the KV cache once the weights are loaded: a model split over too few
+# GPUs at a fraction too small for it), vLLM's "No available memory for the cache blocks. Try increasing
+# `gpu_memory_utilization`" and "... or decreasing `max_model_len`" (v1/core/kv_cache_utils.py). Blamed by
+# the rules for running out of memory, the first pointed at the larger fractions, the ones that would run.
+_FIX = re.compile(r"\b(increas|decreas)(?:e|ing) (?:--|`)([a-z0-9][a-z0-9_-]*)")
+
+
+def _named_fixes(trial: FrozenTrial) -> list[tuple[str, int]]:
+    """The flags the failure's message asks to change, each with the side its failed value is on: DOWN for
+    one to increase (it and smaller values are to blame), UP for one to decrease."""
+    return [(flag.replace("_", "-"), DOWN if verb == "increas" else UP)
+            for verb, flag in _FIX.findall(str(trial.user_attrs.get("failure_message", "")))]
+
+
+def _covers(value: float, side: int, other: float) -> bool:
+    """Whether `other` lies on `side` of `value` (or is it)."""
+    return other == value or (side == UP and other > value) or (side == DOWN and other < value)
+
+
+def _unproven_side(value: float, ran: Sequence[float]) -> int | None:
+    """Where a failed value lies beyond every value that ran, if it does. Never run at all: above (larger
+    sizes and fractions are what run out of memory and meet untested batch shapes)."""
+    above = any(r >= value for r in ran)
+    below = any(r <= value for r in ran)
+    if not above:
+        return UP
+    if not below:
+        return DOWN
+    return None
+
+
+def _is_ordered(dist: BaseDistribution) -> bool:
+    if isinstance(dist, (optuna.distributions.IntDistribution, optuna.distributions.FloatDistribution)):
+        return True
+    return isinstance(dist, optuna.distributions.CategoricalDistribution) and all(map(_is_number, dist.choices))
+
+
+def _is_number(value: Any) -> bool:
+    """An int or a float, not a bool (which Python counts as an int)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _ordered(trial: FrozenTrial) -> dict[str, float]:
+    return {name: float(value) for name, value in trial.params.items()
+            if (dist := trial.distributions.get(name)) is not None and _is_ordered(dist)}
+
+
+def _choices(trial: FrozenTrial) -> list[tuple[str, Any]]:
+    """The trial's unordered choices."""
+    return [(name, _key(value)) for name, value in trial.params.items()
+            if isinstance(dist := trial.distributions.get(name), optuna.distributions.CategoricalDistribution)
+            and not _is_ordered(dist)]
+
+
+def _key(value: Any) -> Any:
+    """A hashable stand-in for a choice (choices are str, int, float, bool or None)."""
+    return (type(value).__name__, value)
+
+
+def _violation(trial: FrozenTrial) -> float:
+    return sum(v for v in trial.constraints.values() if v > 0)
+
+
+def _external(samples: dict[str, np.ndarray], search_space: Mapping[str, BaseDistribution]) -> list[dict[str, Any]]:
+    size = len(next(iter(samples.values())))
+    return [{name: dist.to_external_repr(samples[name][i].item()) for name, dist in search_space.items()}
+            for i in range(size)]

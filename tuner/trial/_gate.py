@@ -1,0 +1,244 @@
+"""Stage 5: the correctness gate, before any load and again after it.
+
+A configuration that is fast but wrong must never win: known answers at temperature 0, finite
+logprobs, no degenerate text, decode-time logprobs that a re-prefill reproduces, greedy output
+that is deterministic and agrees with the baseline's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import httpx
+import tenacity
+
+from .._failures import FailureKind, TrialFailure
+from ..engines import CheckSkipped, Completion, Engine
+from ..spec import GateSpec
+from ._textcheck import degenerate_reason, nan_positions
+from ._watch import Limits, Watch
+
+
+@dataclass(frozen=True)
+class GateResult:
+    seconds: float
+    checks: tuple[str, ...]  # the checks that ran and passed
+    answers: Mapping[str, str]  # prompt -> text
+    reference: Mapping[str, list[int]]  # prompt -> greedy token ids, for later trials to agree with
+    max_logprob_diff: float | None = None
+    logprob_diffs: Mapping[str, float] = field(default_factory=dict)  # prompt -> decode vs re-prefill
+    skipped: Mapping[str, str] = field(default_factory=dict)  # check -> why it could not be done
+    divergences: tuple[Divergence, ...] = ()  # where greedy output left the baseline's, as near-ties
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Greedy output leaving the baseline's at `position`: `margin` is this server's logprob of its own token
+    minus that of the baseline's token there, both from a prefill of the same context on this server."""
+
+    prompt: str
+    position: int
+    margin: float
+
+
+def run_gate(client: httpx.Client, engine: Engine, spec: GateSpec, *, stage: str = "gate",
+             reference: Mapping[str, list[int]] | None = None,
+             reference_diffs: Mapping[str, float] | None = None, vocab_size: int | None = None,
+             quick: bool = False, watch: Watch | None = None, stall_timeout: float | None = None,
+             generated: bool = False) -> GateResult:
+    """Run the checks; raise TrialFailure on the first that fails. `quick` is the after-load re-check.
+
+    Each request runs under `watch` (the server's exit, an interrupt and silence end it; see _Timeouts),
+    `generated`: readiness saw the server generate. `reference_diffs`: the baseline's decode vs re-prefill
+    differences, where it ran at this trial's precision."""
+    t0 = time.monotonic()
+    timeouts = _Timeouts(client, spec, quick, stall_timeout, generated, watch)
+    passed: set[str] = set()
+    answers: dict[str, str] = {}
+    ids: dict[str, list[int]] = {}
+    worst_diff: float | None = None
+    diffs: dict[str, float] = {}
+    skipped: dict[str, str] = {}
+    divergences: list[Divergence] = []
+
+    def fail(kind: FailureKind, prompt: str, message: str, completion: Completion | None = None) -> None:
+        shown = f"prompt: {prompt!r}\noutput: {completion.text[:300]!r}" if completion else f"prompt: {prompt!r}"
+        if completion is not None:
+            shown += f"\ntoken ids: {list(completion.token_ids[:32])}\nlogprobs: {list(completion.logprobs[:16])}"
+        raise TrialFailure(kind, message, shown, stage)
+
+    for item in spec.prompts:
+        completion = _complete(client, engine, item.prompt, spec.max_new_tokens, stage, timeouts)
+        answers[item.prompt] = completion.text
+        ids[item.prompt] = list(completion.token_ids)
+        if spec.enabled("finite-logprobs"):
+            bad = nan_positions(completion.logprobs)
+            if bad:
+                fail(FailureKind.NAN, item.prompt, f"logprob of output token {bad[0]} is NaN or inf (null)",
+                     completion)
+            passed.add("finite-logprobs")
+        if spec.enabled("degenerate-text"):
+            reason = degenerate_reason(completion.text, completion.token_ids, vocab_size)
+            if reason:
+                fail(FailureKind.GARBAGE, item.prompt, reason, completion)
+            passed.add("degenerate-text")
+        if spec.enabled("known-answer") and item.expect:
+            if item.expect.lower() not in completion.text.lower():
+                fail(FailureKind.WRONG_ANSWER, item.prompt,
+                     f"expected {item.expect!r}, got {completion.text.strip()[:80]!r}", completion)
+            passed.add("known-answer")
+        if quick:
+            continue
+        prefill: tuple[float | None, ...] | None = None
+        if spec.enabled("logprob-consistency") and completion.token_ids:
+            try:
+                prefill = _request(lambda: engine.prefill_logprobs(client, item.prompt, completion), stage,
+                                   timeouts)
+            except CheckSkipped as exc:
+                skipped["logprob-consistency"] = str(exc)
+            else:
+                diff = _mean_diff(completion.logprobs, prefill)
+                if diff is None:
+                    fail(FailureKind.NAN, item.prompt, "re-prefill returned NaN or inf logprobs", completion)
+                worst_diff = diff if worst_diff is None else max(worst_diff, diff)
+                diffs[item.prompt] = diff
+                if diff > spec.logprob_tolerance:
+                    fail(FailureKind.INCONSISTENT_LOGPROBS, item.prompt,
+                         f"decode and re-prefill logprobs differ by {diff:.4f} on average "
+                         f"(tolerance {spec.logprob_tolerance})", completion)
+                base = (reference_diffs or {}).get(item.prompt)
+                excess = spec.logprob_excess_tolerance
+                if base is not None and excess is not None and diff - base > excess:
+                    fail(FailureKind.INCONSISTENT_LOGPROBS, item.prompt,
+                         f"decode and re-prefill logprobs differ by {diff:.4f} on average, {diff - base:.4f} more "
+                         f"than the baseline's (logprob-excess-tolerance {excess})", completion)
+                passed.add("logprob-consistency")
+        if spec.enabled("baseline-agreement") and reference and item.prompt in reference:
+            want = reference[item.prompt][: spec.agreement_tokens]
+            got = list(completion.token_ids[: spec.agreement_tokens])
+            at = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)
+            if at is not None:
+                try:
+                    margin = _tie_margin(client, engine, item.prompt, completion, at, want[at], prefill, stage,
+                                         timeouts)
+                except CheckSkipped as exc:
+                    skipped["baseline-agreement"] = str(exc)
+                    continue
+                if margin is None or abs(margin) > spec.agreement_tie_tolerance:
+                    shown = "NaN" if margin is None else f"{margin:+.4f}"
+                    fail(FailureKind.WRONG_ANSWER, item.prompt,
+                         f"greedy output leaves the baseline's at token {at}, and not at a near-tie: this server "
+                         f"scores its token {shown} against the baseline's (tie tolerance "
+                         f"{spec.agreement_tie_tolerance})", completion)
+                divergences.append(Divergence(item.prompt, at, margin))
+            passed.add("baseline-agreement")
+
+    if spec.enabled("determinism") and not quick:
+        first = spec.prompts[0].prompt
+        again = _complete(client, engine, first, spec.max_new_tokens, stage, timeouts)
+        if list(again.token_ids) != ids[first]:
+            fail(FailureKind.INCONSISTENT_LOGPROBS, first, "greedy output differs between two identical requests",
+                 again)
+        passed.add("determinism")
+    return GateResult(time.monotonic() - t0, tuple(sorted(passed)), answers, ids, worst_diff, diffs, skipped,
+                      tuple(divergences))
+
+
+class _Timeouts:
+    """The limits of each request, in turn.
+
+    The first request of a fresh server may wait out first-use compilation (`first_request_timeout`). Where
+    readiness has already seen the server generate, that wait lasts only while the server's log grows: past
+    `request_timeout`, a log quiet for as long is a hang (a hung /generate behind a /health_generate that
+    answers waited the whole 600 s). No answer and no log output for `stall_timeout` is a hang throughout,
+    except for the first request of a server never seen generating (it may compile silently). Every other
+    request, the re-check's first included, gets `request_timeout`."""
+
+    def __init__(self, client: httpx.Client, spec: GateSpec, quick: bool, stall: float | None, generated: bool,
+                 watch: Watch | None) -> None:
+        self.client, self.spec, self.quick, self.stall, self.generated = client, spec, quick, stall, generated
+        self.watch = watch
+        self.used = 0
+
+    def next(self) -> Limits:
+        first, rest = self.spec.first_request_timeout, self.spec.request_timeout
+        if self.used > 0 or self.quick:
+            limits = Limits(rest, rest, self.stall)
+        elif self.generated:
+            limits = Limits(rest, max(first, rest), self.stall)
+        else:
+            limits = Limits(first, first, None)
+        self.used += 1
+        self.client.timeout = httpx.Timeout(limits.http_timeout if self.watch else limits.cap, connect=5.0)
+        return limits
+
+
+# Errors of a request that cannot have reached the server (or was refused before it was read): worth a
+# retry. A request the server read and did not answer in time is not retried: a hang would cost the
+# timeout once per attempt.
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.RemoteProtocolError)
+
+
+def _retryable(exc: BaseException) -> bool:
+    return isinstance(exc, _NOT_SENT) or isinstance(exc, httpx.HTTPStatusError) and exc.response.status_code >= 500
+
+
+def _complete(client: httpx.Client, engine: Engine, prompt: str, max_tokens: int, stage: str,
+              timeouts: _Timeouts) -> Completion:
+    return _request(lambda: engine.complete(client, prompt, max_tokens), stage, timeouts)
+
+
+def _request(call, stage: str, timeouts: _Timeouts):
+    """One gate request, tried up to three times where it failed before the server could read it, or with
+    a 5xx: a single transient error says little about a configuration."""
+    limits = timeouts.next()
+    seconds = limits.cap
+    retrying = tenacity.Retrying(retry=tenacity.retry_if_exception(_retryable),
+                                 stop=tenacity.stop_after_attempt(3), wait=tenacity.wait_fixed(0.2),
+                                 reraise=True)
+    t0 = time.monotonic()
+    try:
+        if timeouts.watch is None:
+            return retrying(call)
+        return timeouts.watch.run(lambda: retrying(call), limits, f"{stage} request")
+    except httpx.HTTPStatusError as exc:
+        raise TrialFailure(FailureKind.ERRORS_UNDER_LOAD, f"gate request answered HTTP {exc.response.status_code}",
+                           exc.response.text[:500], stage) from exc
+    except (httpx.ReadTimeout, httpx.WriteTimeout) as exc:
+        raise TrialFailure(FailureKind.HANG, f"gate request not answered after {time.monotonic() - t0:.1f} s "
+                           f"(timeout {seconds:g} s); the server took it and never answered", "", stage) from exc
+    except httpx.TimeoutException as exc:
+        raise TrialFailure(FailureKind.ERRORS_UNDER_LOAD, f"gate request timed out ({type(exc).__name__})",
+                           "", stage) from exc
+    except httpx.HTTPError as exc:
+        raise TrialFailure(FailureKind.CRASH_UNDER_LOAD, f"gate request failed: {exc!r}"[:300], "", stage) from exc
+
+
+def _mean_diff(decode: tuple[float | None, ...], prefill: tuple[float | None, ...]) -> float | None:
+    """Mean absolute difference between decode-time and re-prefill logprobs of the same tokens."""
+    pairs = list(zip(decode, prefill))
+    if not pairs or any(a is None or b is None for a, b in pairs):
+        return None
+    return sum(abs(a - b) for a, b in pairs) / len(pairs)
+
+
+def _tie_margin(client: httpx.Client, engine: Engine, prompt: str, completion: Completion, at: int, theirs: int,
+                prefill: tuple[float | None, ...] | None, stage: str, timeouts: _Timeouts) -> float | None:
+    """This server's prefill logprob of its own token at `at` minus that of the baseline's token `theirs`, in
+    the same context. Kernels that round differently decide a near-tie either way (real bf16 kernels on an
+    H100: triton and torch_native left flashinfer's output on every prompt, by at most 0.19); a kernel that
+    computes other numbers altogether scores the baseline's token far below its own. A decode-position error
+    can stay within the tie (sglang-jax's did): the decode vs re-prefill check is what catches it."""
+    context = completion.token_ids[:at]
+
+    def scored(token: int) -> float | None:
+        probe = Completion("", (*context, token), (), completion.prompt_ids)
+        return _request(lambda: engine.prefill_logprobs(client, prompt, probe), stage, timeouts)[-1]
+
+    own = prefill[at] if prefill is not None else scored(completion.token_ids[at])
+    other = scored(theirs)
+    if own is None or other is None:
+        return None
+    return own - other

@@ -1,0 +1,71 @@
+"""The probe's requests: seeded random prompts, a JSONL file, a ShareGPT file, or a shared-prefix workload.
+
+Every workload is a function of the space's probe section and a salt only, so every trial is sent the same
+requests. Nothing is downloaded: dataset files are local.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from ..spec import ProbeSpec, SharedPrefix, WorkItem, load_rows
+
+# A handful of ordinary words: a real tokenizer spends about one token on each.
+_WORDS = ("the of and to in is for on that with as by at from it this be are was or an have not but can "
+          "all new more one time data system model power city water light music river table market green "
+          "paper number people world house story night point state small large early").split()
+
+
+def make_workload(spec: ProbeSpec, n: int, salt: int = 0) -> list[WorkItem]:
+    """Seeded prompts: the same spec gives every trial the same requests."""
+    rng = random.Random(spec.seed * 1_000_003 + salt)
+    if spec.shared_prefix:
+        return _shared_prefix(spec, spec.shared_prefix, rng, n)
+    if spec.dataset:
+        rows = load_rows(spec.dataset, spec.dataset_format, spec.output_len)
+        return _without_replacement(rng, rows, n)
+    items = []
+    for i in range(n):
+        in_len = _jitter(rng, spec.input_len, spec.len_jitter)
+        out_len = _jitter(rng, spec.output_len, spec.len_jitter)
+        items.append(WorkItem(" ".join([f"{i}:", *_words(rng, in_len - 1)]), out_len))
+    return items
+
+
+def _shared_prefix(spec: ProbeSpec, sp: SharedPrefix, rng: random.Random, n: int) -> list[WorkItem]:
+    """As bench_serving's `generated-shared-prefix` (`sglang/benchmark/datasets/generated_shared_prefix.py`):
+    `groups` long system prompts, each request one of them followed by a short question of its own, the
+    requests of all groups shuffled. The system prompts depend on the seed only, so every rate step and
+    trial shares them (which is what a prefix cache is for); the questions on the salt too."""
+    prefix_rng = random.Random(spec.seed)
+    prompts = [" ".join([f"System prompt {g}:", *_words(prefix_rng, sp.system_prompt_len)]) for g in range(sp.groups)]
+    items = [WorkItem(" ".join([f"{prompts[i % sp.groups]}\nQuestion {i}:", *_words(rng, sp.question_len)]),
+                      _jitter(rng, spec.output_len, spec.len_jitter)) for i in range(n)]
+    rng.shuffle(items)
+    return items
+
+
+def _words(rng: random.Random, n: int) -> list[str]:
+    return [rng.choice(_WORDS) for _ in range(max(0, n))]
+
+
+def _without_replacement(rng: random.Random, rows: Sequence[Any], n: int) -> list[Any]:
+    """`n` rows in a seeded order, each row once before any repeats (as bench_serving and vLLM's client
+    sample). Drawing with replacement repeated about a third of the prompts when `n` equals the dataset's
+    size, and a repeated prompt's prefill comes from the prefix cache: cheaper than the workload says."""
+    if not rows and n > 0:
+        raise ValueError("the probe's dataset has no prompts")
+    picks: list[Any] = []
+    while len(picks) < n:
+        order = list(rows)
+        rng.shuffle(order)
+        picks.extend(order[:n - len(picks)])
+    return picks
+
+
+def _jitter(rng: random.Random, mean: int, ratio: float) -> int:
+    if ratio <= 0:
+        return mean
+    return max(1, int(rng.uniform(mean * (1 - ratio), mean * (1 + ratio))))
