@@ -324,6 +324,21 @@ def test_no_trial_captures_graphs_that_the_load_leaves_unused(tuner):
     assert tuner.leftovers() == {}
 
 
+def test_no_trial_breaks_a_constraint_through_a_flag_outside_the_joint_sample(tuner):
+    # The graph size is active only with graphs on, so TPE draws it after the joint sample, on its own: its
+    # density, drawn to the sizes that cover the load (64, 128), broke the limit of 16 or 24 that the joint
+    # sample had chosen, and such a trial is wasted.
+    params = GRAPH_PARAMS.replace("  dp-size: {type: categorical, choices: [1, 2]}\n", "")
+    space = tuner.space(instant_space("graphs", params=params, baseline=GRAPH_BASELINE.replace(", dp-size: 1", ""),
+                                      extra=GRAPH_LIMIT))
+    done = tuner.run("run", "--trials", "30", "--space", str(space), "--simulate", "instant", "--seed", "3")
+    assert done.returncode == 0, done.stderr
+    trials = tuner.study("graphs").get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED))
+    broken = [t.params for t in trials if t.user_attrs.get("failure_kind") == "invalid_config"]
+    assert len(trials) == 30 and broken == [], broken
+    assert tuner.leftovers() == {}
+
+
 # CrashAwareTPE re-implements TPESampler._sample with two additions and calls these private parts of
 # Optuna 5.0.0 (pinned in pyproject.toml). A new Optuna that changes any of them must fail here, not
 # silently change what the tuner proposes: compare the new source with tuner/_tpe.py, then update the digest.
