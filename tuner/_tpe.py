@@ -19,7 +19,10 @@ Six changes, each because plain TPE wasted server restarts on the shipped or gen
 2. **Nothing is proposed that is known in advance to be a wasted trial**: a candidate that breaks a constraint
    the space declares, or repeats a configuration already measured (or running), is dropped from TPE's
    candidates (a third of plain TPE's trials on the 70B space were such). If every candidate is one, TPE's
-   own choice stands and the worker records it without a restart.
+   own choice stands and the worker records it without a restart. A flag that is active only in some trials
+   (a graph size, with graphs on) is drawn after the joint sample, on its own: a draw that breaks a constraint
+   with the flags chosen already is drawn again, then at random (a quarter of the trials on the generated
+   training landscapes were graph sizes above the batch limit).
 3. **Startup explores around the best configuration so far, not only at random.** Random launch flags mostly
    crash on exotic hardware (four in five on the GLM-5 space), while one or two flags changed from a
    configuration that works usually run and often tell more. Every other startup trial still draws every
@@ -130,10 +133,8 @@ class CrashAwareTPE(optuna.samplers.TPESampler):
         """A flag outside the joint sample (one that is active only in some trials)."""
         known, taken = self._get_params(trial, study), self._taken(study, trial)
         if self._finished(study) >= self._n_startup_trials:
-            # Such a flag is drawn after the joint sample, with no say over it: TPE's density may favour only
-            # values that break a constraint with the flags chosen already (a graph size above the batch limit),
-            # and a trial that breaks one is wasted. Without this, a quarter of the trials on the generated
-            # training landscapes were (benchmarks/search_efficiency.py).
+            # TPE's density of this flag alone may favour only values that break a constraint with the flags
+            # of the joint sample (a graph size above its batch limit): such a trial is wasted (addition 2).
             for _ in range(_TPE_TRIES):
                 value = self._covered(known, param_name,
                                       super().sample_independent(study, trial, param_name, param_distribution))
