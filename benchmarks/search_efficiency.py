@@ -75,7 +75,8 @@ the same local search from --starts starts: 4 starts, as before, missed the opti
 test landscapes and 1 of the 30 training ones). After the per-landscape tables, the summary gives each
 landscape's verdict, adding the target "98% within 40 restarts in at least 80% of the seeds", and the overall
 table gives, per set (shipped, train, validation, test, other), the median over landscapes of tpe/random and tpe/best-anchor, and
-the share of landscapes meeting each target (the suite's target: at least 80% of them within 40 restarts).
+the share of landscapes meeting each target. The suite's targets (issue 36): 98% within 40 restarts in 8 of 10
+seeds on at least 90% of the landscapes, median tpe/random at most 0.3, median tpe/hindsight at most 0.9.
 
 GPU-time: each restart costs the start-up model's phases (`startup_phases`: process, distributed init, weight
 load, KV allocation, graph capture per size, torch.compile) up to where it failed or got ready (a failed load
@@ -875,7 +876,9 @@ ANCHORS = ("random-valid", "gp", "smac", "nevergrad", "grid")  # the established
 
 WITHIN = 40  # restarts within which a seed should reach 98% ...
 WITHIN_SEEDS = 0.8  # ... in this share of the seeds, on ...
-WITHIN_LANDSCAPES = 0.8  # ... this share of the landscapes
+WITHIN_LANDSCAPES = 0.9  # ... this share of the landscapes (issue 36; 0.8 before)
+SUITE_RANDOM = 0.3  # the suite's median tpe/random at most this (issue 36; 1/3 before)
+SUITE_HINDSIGHT = 0.9  # and its median tpe/best anchor in hindsight at most this (issue 36)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -948,7 +951,8 @@ GROUPS = ("shipped", *LANDSCAPE_SETS, "other")  # "other": generated landscapes 
 
 
 def print_overall(all_stats: dict[str, dict[str, dict[str, Any]]], trials: int) -> None:
-    """Per set of landscapes (shipped, train, validation, test, other): the median ratios and the share meeting each target."""
+    """Per set of landscapes (shipped, train, validation, test, other): the median ratios and the share meeting
+    each target."""
     groups: dict[str, list[str]] = {}
     for name, stats in all_stats.items():
         if "tpe" in stats:
@@ -960,8 +964,8 @@ def print_overall(all_stats: dict[str, dict[str, dict[str, Any]]], trials: int) 
     print(f"   {'set':<10} {'n':>3} {'tpe/random':>11} {'tpe/best anchor':>22} {'tpe/hindsight':>14} "
           f"{'<=1/3 random':>13} {'< hindsight':>12} {'within ' + str(WITHIN):>10} {'crash<=10%':>11} "
           f"{'crash/NaN':>10} {'all met':>8} {'GPU-h/random':>13}  suite target (>= {WITHIN_LANDSCAPES:.0%} within "
-          f"{WITHIN}; median tpe/random <= 0.33; median tpe/best anchor < 1; crash/NaN over all restarts after trial "
-          "10 <= 10%)")
+          f"{WITHIN}; median tpe/random <= {SUITE_RANDOM}; median tpe/best anchor < 1; median tpe/hindsight <= "
+          f"{SUITE_HINDSIGHT}; crash/NaN over all restarts after trial 10 <= 10%)")
     for group in GROUPS:
         names = groups.get(group)
         if not names:
@@ -982,8 +986,10 @@ def print_overall(all_stats: dict[str, dict[str, dict[str, Any]]], trials: int) 
         suite = []
         if not within_ok >= WITHIN_LANDSCAPES - 1e-9:
             suite.append(f"within {WITHIN}")
-        if med_r == med_r and not med_r <= 1 / 3 + 1e-9:
+        if med_r == med_r and not med_r <= SUITE_RANDOM + 1e-9:
             suite.append("vs random")
+        if med_h == med_h and not med_h <= SUITE_HINDSIGHT + 1e-9:
+            suite.append("vs hindsight")
         if best and not to_anchor[best] < 1:
             suite.append("vs best anchor")
         if crash > 0.10:

@@ -15,7 +15,7 @@ from conftest import REPO, instant_space
 from tuner import parse_spec
 from tuner._failures import failed_capturing
 from tuner.search._study import make_sampler
-from tuner.search._tpe import BatchLimit, CrashAwareTPE, GraphAwareOdds, Replicas, RunOdds
+from tuner.search._tpe import BatchLimit, CrashAwareTPE, GraphAwareOdds, GraphCover, Replicas, RunOdds
 from tuner.engines import get_engine
 
 # A server that runs out of memory at graph capture only above max batch 48 (seen from outside: after one OOM
@@ -275,6 +275,68 @@ def test_where_the_results_say_nothing_of_it_a_limit_below_the_load_is_seldom_pr
     # the weight ranks TPE's candidates, all drawn near the best trials, and here the best trials are as
     # likely to have a small limit as not.
     assert below_the_load(40) + 5 <= below_the_load(None)
+
+
+# Probed at 40 concurrent requests: a graph captured up to batch 8 or 16 is never used by a decode batch of 40.
+GRAPH_PARAMS = ("  disable-cuda-graph: {type: bool}\n"
+                "  cuda-graph-max-bs-decode: {type: categorical, choices: [8, 16, 32, 64, 128],"
+                " when: {disable-cuda-graph: false}}\n"
+                "  max-running-requests: {type: categorical, choices: [16, 24, 64, 128]}\n"
+                "  dp-size: {type: categorical, choices: [1, 2]}\n")
+GRAPH_BASELINE = "{disable-cuda-graph: false, cuda-graph-max-bs-decode: 64, max-running-requests: 64, dp-size: 1}"
+GRAPH_LIMIT = "constraints:\n  - at-most: [cuda-graph-max-bs-decode, max-running-requests]\n"
+
+
+def test_a_graph_size_below_the_decode_batch_is_raised_to_cover_it():
+    spec = parse_spec(instant_space("graphs", params=GRAPH_PARAMS, baseline=GRAPH_BASELINE, extra=GRAPH_LIMIT))
+    cover = make_sampler("tpe", 0, spec)._graph_cover
+    assert cover == GraphCover("cuda-graph-max-bs-decode", (8, 16, 32, 64, 128), "max-running-requests", "dp-size",
+                               40, spec.space)
+    point = {"disable-cuda-graph": False, "cuda-graph-max-bs-decode": 8, "max-running-requests": 128, "dp-size": 1}
+    assert cover.cover(point) == {**point, "cuda-graph-max-bs-decode": 64}  # the smallest size of 40 or more
+    assert cover.cover({**point, "dp-size": 2}) == {**point, "dp-size": 2, "cuda-graph-max-bs-decode": 32}
+    assert cover.cover({**point, "max-running-requests": 16}) == {**point, "max-running-requests": 16,
+                                                                  "cuda-graph-max-bs-decode": 16}
+    assert cover.cover({**point, "cuda-graph-max-bs-decode": 128}) == {**point, "cuda-graph-max-bs-decode": 128}
+    # A batch limit of 24 lets no listed size cover the batch within the constraint: the size stays.
+    assert cover.cover({**point, "max-running-requests": 24}) == {**point, "max-running-requests": 24}
+    no_graphs = {"disable-cuda-graph": True, "max-running-requests": 128, "dp-size": 1}
+    assert cover.cover(no_graphs) == no_graphs
+    latency = parse_spec(instant_space("graphs", params=GRAPH_PARAMS, baseline=GRAPH_BASELINE,
+                                       extra=GRAPH_LIMIT + "objective: {metric: p99_tpot_ms}\n"))
+    assert make_sampler("tpe", 0, latency)._graph_cover is None
+
+
+def test_no_trial_captures_graphs_that_the_load_leaves_unused(tuner):
+    params = GRAPH_PARAMS.replace("  dp-size: {type: categorical, choices: [1, 2]}\n", "")
+    space = tuner.space(instant_space("graphs", params=params, baseline=GRAPH_BASELINE.replace(", dp-size: 1", ""),
+                                      extra=GRAPH_LIMIT))
+    done = tuner.run("run", "--trials", "12", "--space", str(space), "--simulate", "instant", "--seed", "1")
+    assert done.returncode == 0, done.stderr
+    trials = tuner.study("graphs").get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED))
+    graphs = [(t.params["cuda-graph-max-bs-decode"], t.params["max-running-requests"])
+              for t in trials if not t.params["disable-cuda-graph"]]
+    assert len(trials) == 12 and len(graphs) >= 3, [t.params for t in trials]
+    # Every captured size covers the decode batch (the 40 requests, at most the limit), but where the
+    # constraint (size <= limit) leaves none that does: a limit of 24.
+    assert all(size >= min(40, limit) or limit == 24 for size, limit in graphs), graphs
+    assert len({size for size, _ in graphs}) > 1, graphs  # the size is still searched
+    assert tuner.leftovers() == {}
+
+
+def test_no_trial_breaks_a_constraint_through_a_flag_outside_the_joint_sample(tuner):
+    # The graph size is active only with graphs on, so TPE draws it after the joint sample, on its own: its
+    # density, drawn to the sizes that cover the load (64, 128), broke the limit of 16 or 24 that the joint
+    # sample had chosen, and such a trial is wasted.
+    params = GRAPH_PARAMS.replace("  dp-size: {type: categorical, choices: [1, 2]}\n", "")
+    space = tuner.space(instant_space("graphs", params=params, baseline=GRAPH_BASELINE.replace(", dp-size: 1", ""),
+                                      extra=GRAPH_LIMIT))
+    done = tuner.run("run", "--trials", "30", "--space", str(space), "--simulate", "instant", "--seed", "3")
+    assert done.returncode == 0, done.stderr
+    trials = tuner.study("graphs").get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED))
+    broken = [t.params for t in trials if t.user_attrs.get("failure_kind") == "invalid_config"]
+    assert len(trials) == 30 and broken == [], broken
+    assert tuner.leftovers() == {}
 
 
 # CrashAwareTPE re-implements TPESampler._sample with two additions and calls these private parts of

@@ -84,6 +84,8 @@ class Engine:
     replica_flag: str | None = None
     # The flag that caps how many requests the server (each replica) runs at once, if the engine has one.
     batch_limit_flag: str | None = None
+    # The flags that set the largest decode batch run with a CUDA graph (a larger batch runs without), if any.
+    graph_batch_flags: tuple[str, ...] = ()
     # The log lines that open and close CUDA graph capture (regexes), if the engine captures graphs: a start
     # that hangs between them hung capturing, which only a configuration that captures graphs can do.
     capture_begin: str | None = None

@@ -78,6 +78,7 @@ class SGLang(Engine):
             gpu_flags=("tp-size", "pp-size", "dp-size"),
             replica_flag="dp-size",
             batch_limit_flag="max-running-requests",
+            graph_batch_flags=("cuda-graph-max-bs-decode", "cuda-graph-max-bs"),
             # 0.5.23: "Capture target decode CUDA graph begin. ..." / "... end. ..." (and prefill, draft alike;
             # model_runner_components/cuda_graph_setup.py); 0.5.6: "Capture cuda graph begin. ..." ("cpu graph"
             # on a CPU device). tests/contract/test_log_lines_contract.py renders every such line in the source.
