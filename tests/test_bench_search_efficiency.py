@@ -115,8 +115,9 @@ def test_gpu_seconds_follow_the_startup_model() -> None:
 
 def test_a_better_point_a_strategy_found_raises_the_cached_optimum(tmp_path, monkeypatch) -> None:
     sys.path.insert(0, str(REPO / "benchmarks"))
+    import _efficiency_problems
     import search_efficiency as se
-    monkeypatch.setattr(se, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(_efficiency_problems, "CACHE_DIR", tmp_path)
     problem = se.Problem("llama3-8b-h200")
     base = dict(problem.space.baseline)
     config = problem.space.config(base)
