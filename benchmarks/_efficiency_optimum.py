@@ -6,23 +6,16 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import random
-import sys
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")  # GPSampler's torch: one thread per process on a shared machine
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
+import _efficiency_problems  # first: it sets OMP_NUM_THREADS and puts the repository on sys.path
 
 from tuner.spec._space import Space  # noqa: E402
 
-import _efficiency_problems  # noqa: E402
 from _efficiency_problems import EXHAUSTIVE_MAX, GENERATED_EXHAUSTIVE_MAX, OPTIMUM_METHOD, Problem  # noqa: E402
 from _efficiency_strategies import TrialRecord, _problem, complete  # noqa: E402
 
@@ -114,8 +107,8 @@ def search_optimum(problem: Problem, starts: int, exhaustive: bool) -> Optimum:
 
 def _digest(problem: Problem) -> str:
     h = hashlib.sha256(f"{OPTIMUM_METHOD} intermittent={problem.intermittent}".encode())
-    for path in [problem.profile_path, problem.space_path, REPO / "tuner" / "spec" / "_space.py",
-                 *sorted((REPO / "tuner" / "sim").glob("*.py"))]:
+    for path in [problem.profile_path, problem.space_path, _efficiency_problems.REPO / "tuner" / "spec" / "_space.py",
+                 *sorted((_efficiency_problems.REPO / "tuner" / "sim").glob("*.py"))]:
         h.update(path.read_bytes())
     return h.hexdigest()[:16]
 

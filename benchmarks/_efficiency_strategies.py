@@ -5,18 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")  # GPSampler's torch: one thread per process on a shared machine
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+import _efficiency_problems  # noqa: F401 (first: it sets OMP_NUM_THREADS and puts the repository on sys.path)
 
 import optuna  # noqa: E402
 

@@ -4,19 +4,11 @@ verdicts against the targets and the summaries per set."""
 from __future__ import annotations
 
 import dataclasses
-import os
 import statistics
-import sys
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")  # GPSampler's torch: one thread per process on a shared machine
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-
+import _efficiency_problems  # noqa: F401 (first: it sets OMP_NUM_THREADS and puts the repository on sys.path)
 
 from _efficiency_optimum import Optimum  # noqa: E402
 from _efficiency_problems import (LABELS, LANDSCAPE_SETS, STRATEGIES, TARGET, WARMUP_TRIALS, Problem,  # noqa: E402
