@@ -43,6 +43,7 @@ is the smoke run tests/test_bench_transfer.py parses.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime as dt
 import os
@@ -52,6 +53,7 @@ import statistics
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -349,6 +351,12 @@ def report(families: Sequence[Family], runs: Sequence[Run], trials: int) -> bool
     return all(met)
 
 
+def _family_task(task: tuple[int, int, int, int, bool, int]) -> tuple[Family, list[Run]]:
+    seed, seeds, trials, targets, quick, starts = task
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return run_family(draw_family(seed), range(seeds), trials, targets, quick, starts, sys.stderr)
+
+
 def family_seeds(which: str) -> range:
     if which == "train":
         return TRAIN_FAMILIES
@@ -372,10 +380,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=40, help="trials per study (default 40)")
     parser.add_argument("--starts", type=int, default=8,
                         help="local-search starts of the optimum search where a space is too big to enumerate")
+    parser.add_argument("--jobs", type=int, default=1, help="families run at once, one process each (default 1)")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: one family, its first model the only target, one seed, 12 trials")
     args = parser.parse_args(argv)
-    for name in ("seeds", "trials", "starts", "family_count"):
+    for name in ("seeds", "trials", "starts", "family_count", "jobs"):
         value = getattr(args, name)
         if value is not None and value < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1, got {value}")
@@ -397,11 +406,11 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{args.trials} trials, targets per family: {targets}")
     t0 = time.monotonic()
     families, runs = [], []
-    for seed in seeds:
-        family, mine = run_family(draw_family(seed), range(args.seeds), args.trials, targets, args.quick,
-                                  args.starts, sys.stderr)
-        families.append(family)
-        runs += mine
+    tasks = [(seed, args.seeds, args.trials, targets, args.quick, args.starts) for seed in seeds]
+    with ProcessPoolExecutor(max_workers=args.jobs) if args.jobs > 1 else contextlib.nullcontext() as pool:
+        for family, mine in (pool.map(_family_task, tasks) if pool else map(_family_task, tasks)):
+            families.append(family)
+            runs += mine
     report(families, runs, args.trials)
     print(f"took {time.monotonic() - t0:.0f}s")
     return 0
