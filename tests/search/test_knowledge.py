@@ -114,3 +114,12 @@ def test_a_wrong_entry_is_named_with_its_fix(tmp_path, entry, problem):
         read_knowledge(path)
     assert str(raised.value).startswith(f"{path}: {problem}")
     assert "\n" not in str(raised.value)
+
+
+def test_a_study_passes_on_its_best_configuration_of_each_backend_before_a_second_of_one():
+    trials = [_trial(0, "trtllm_mla", False, 64, value=100.0), _trial(1, "trtllm_mla", False, 32, value=99.0),
+              _trial(2, "trtllm_mla", False, 16, value=98.0), _trial(3, "flashinfer", False, 64, value=90.0),
+              _trial(4, "flashinfer", True, 64, value=80.0)]
+    good = knowledge_of_trials("glm5", trials, SM120, maximize=True).good
+    # Trials 1 and 2 differ from 0 only in an amount; 3 and 4 each name another choice.
+    assert [(g.trial, g.rank) for g in good] == [(0, 0), (3, 1), (4, 2)]

@@ -144,6 +144,9 @@ def test_a_good_configuration_of_a_lighter_model_runs_here_on_as_many_more_gpus_
     assert fit_memory(best, spec.space, light, SM120)["tp-size"] == 4  # 3.7x as heavy: tp 1 -> 4
     assert fit_memory(best, spec.space, SM120, light) == best  # lighter here: as it was
     assert fit_memory({**best, "tp-size": 4}, spec.space, light, SM120) is None  # no size holds it
+    # 3x as heavy at tp 4 would want tp 12: the largest size that still holds the weights (8: 78% of each GPU).
+    lighter, heavier = _with(SM120, model={"params_b": 100.0}), _with(SM120, model={"params_b": 300.0})
+    assert fit_memory({**best, "tp-size": 4}, spec.space, lighter, heavier)["tp-size"] == 8
     fixed = {k: v for k, v in best.items() if k != "tp-size"}
     assert fit_memory(fixed, SPEC.space, light, SM120) == fixed  # the space fixes the split: nothing to adapt
     warm = warm_start([Knowledge("study 'light'", good=(GoodConfig(best, light, 0, "light", 0),), context=light)],
@@ -217,3 +220,33 @@ def test_ghosts_of_good_configurations_raise_tpes_density_where_they_were():
                  for name, dist in space.items()}
         densities.append(below.log_pdf(ghost)[0])
     assert densities[1] > densities[0] + 1.0
+
+
+def test_after_carried_configurations_every_startup_trial_explores_around_the_best_so_far():
+    """Cold, every other startup trial draws all flags at random; warm-started with good configurations, none
+    does: each changes at most two flags of the best trial so far."""
+    flags = [f"flag-{i}" for i in range(6)]
+    spec = parse_spec(instant_space("wide", params="".join(f"  {f}: {{type: categorical, choices: [a, b, c, d]}}\n"
+                                                           for f in flags),
+                                    baseline="{" + ", ".join(f"{f}: a" for f in flags) + "}"))
+
+    def changed_most(prior: Prior | None, seed: int) -> int:
+        study = optuna.create_study(direction="maximize", sampler=make_sampler("tpe", seed, spec, prior))
+        _initialise(study, spec, "tpe")
+        most = 0
+
+        def throughput(trial: optuna.Trial) -> float:
+            nonlocal most
+            values = spec.space.suggest(trial)
+            done = [t for t in study.trials if t.state == TrialState.COMPLETE]
+            if done:
+                best = max(done, key=lambda t: t.value)
+                most = max(most, sum(values[f] != best.params[f] for f in flags))
+            return sum(values[f] == "b" for f in flags) + 0.1 * sum(values[f] == "c" for f in flags)
+
+        study.optimize(throughput, n_trials=6)  # the baseline and five startup trials
+        return most
+
+    for seed in range(3):
+        assert changed_most(Prior(carried=1), seed) <= 2
+        assert changed_most(None, seed) >= 3

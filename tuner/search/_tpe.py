@@ -109,7 +109,10 @@ class CrashAwareTPE(optuna.samplers.TPESampler):
         # Startup: TPE would draw every flag at random, one by one, with no say over the whole.
         taken = self._taken(study, trial)
         odds = self._run_odds(study)
-        center = self._incumbent(study) if self._local_startup and self._finished(study) % 2 == 1 else None
+        # Every other startup trial explores around the best so far; all of them when earlier studies' good
+        # configurations started this one: far random draws then mostly crash and rarely beat what was carried.
+        warm = self._prior is not None and self._prior.carried > 0
+        center = self._incumbent(study) if self._local_startup and (warm or self._finished(study) % 2 == 1) else None
         rng = self._rng.rng
         likeliest: tuple[float, dict[str, Any]] | None = None
         for _ in range(_TRIES):

@@ -13,11 +13,13 @@ What carries over, and how much:
   its weights per GPU over the memory per GPU (`memory_pressure`). A carried lesson counts as KERNEL_WEIGHT
   (MEMORY_WEIGHT) failed trials of this study per failure it took the blame of, at most MAX_WEIGHT, halving every
   HALF_LIFE trials this study finishes.
-- **Good configurations**: each earlier study's best ones, from the same engine on the same GPU architecture
-  only, adapted to this space (flags it lacks dropped, values snapped to its grid, the flags it adds as the
-  baseline has them; a lighter model's tensor-parallel size raised to hold this model's weights, or the
-  configuration dropped: `fit_memory`), tried right after the baseline (at most MAX_FIRST, the most similar first:
-  `similarity`); they may also weigh in TPE's density of good configurations (GHOST_WEIGHT, off for now).
+- **Good configurations**: each earlier study's best ones (its best of each backend and switch setting first),
+  from the same engine on the same GPU architecture only, adapted to this space (flags it lacks dropped, values
+  snapped to its grid, the flags it adds as the baseline has them; a lighter model's tensor-parallel size raised
+  to hold this model's weights, or the configuration dropped: `fit_memory`), tried right after the baseline (at
+  most MAX_FIRST, the most similar first: `similarity`). The startup trials after them all explore around the
+  best so far (tuner/search/_tpe.py). They may also weigh in TPE's density of good configurations
+  (GHOST_WEIGHT, off for now).
 
 Never a ban: a lesson only lowers the chance a proposal is drawn (to 1 / (1 + its weight), to TPE's power of
 risk aversion), and one trial of this study that ran with its values voids it; TPE's own trials outweigh the
@@ -54,6 +56,7 @@ SCALE_POWER = 0.5
 GHOST_WEIGHT = 0.0
 RANK_DECAY = 0.7  # a study's second-best configuration counts this much of its best, the third this squared
 MAX_FIRST = 3  # configurations tried right after the baseline
+HOLDS = 0.8  # a tensor-parallel size holds a model whose weights take at most this share of each GPU's memory
 MAX_TOLD = 8  # lessons per source the study's `learned` attr spells out
 TP_FLAGS = ("tp-size", "tensor-parallel-size")  # the flag that splits the weights over GPUs (SGLang, vLLM)
 # The share of GPU memory the engine takes for weights, KV and graphs (SGLang, vLLM): too low, the weights leave
@@ -84,6 +87,7 @@ class Prior:
 
     lessons: tuple[CarriedLesson, ...] = ()
     ghosts: tuple[Ghost, ...] = ()
+    carried: int = 0  # good configurations carried over (tried first, or ghosts)
 
     def odds(self, own: Any, finished: Sequence[FrozenTrial]) -> ToldOdds:
         """The study's own run odds (GraphAwareOdds) times what the lessons still say, given its trials so far."""
@@ -182,7 +186,7 @@ def warm_start(knowledge: Sequence[Knowledge], space: Space, context: Mapping[st
                            similar.get(k.source), tuple(c.lesson.reads() for c in sorted(
                                told.get(k.source, []), key=lambda c: -c.weight)))
                  for k in knowledge)
-    return WarmStart(tuple(first), Prior(tuple(carried), tuple(ghosts)), used)
+    return WarmStart(tuple(first), Prior(tuple(carried), tuple(ghosts), len(carried_good)), used)
 
 
 def _same_architecture(source: Mapping[str, Any], target: Mapping[str, Any]) -> bool:
@@ -256,15 +260,21 @@ def fit_memory(params: dict[str, Any] | None, space: Space, source: Mapping[str,
     """A good configuration of a lighter model (for one GPU's memory) made to fit this one: its tensor-parallel
     size raised by how much heavier this model is per GPU, to the nearest size this space offers (a model twice
     as heavy at tp 1 runs out of memory where the lighter one fit; at tp 2 it holds what the lighter held at tp 1).
-    None where no size fits; unchanged where this model is no heavier or the space has no such flag."""
+    Where no size is that large, the largest one whose share of the weights takes at most HOLDS of a GPU's memory
+    (the lighter model's headroom is then lost, not the configuration). None where no size holds the weights;
+    unchanged where this model is no heavier or the space has no such flag."""
     ours, theirs = _weights_per_gpu(target), _weights_per_gpu(source)
     if params is None or ours is None or theirs is None or ours <= theirs:
         return params
     name = next((n for n in TP_FLAGS if n in params), None)
     if name is None:  # the space fixes how the weights are split: nothing to adapt (OOM lessons still warn)
         return params
-    sizes = sorted(v for v in space.params[name].grid() if isinstance(v, int) and v >= params[name] * ours / theirs)
-    fitted = {**params, name: sizes[0]} if sizes else None
+    sizes = sorted(v for v in space.params[name].grid() if isinstance(v, int) and v >= params[name])
+    # The source's headroom kept where a size allows it, else the largest size that still holds the weights.
+    roomy = [v for v in sizes if v >= params[name] * ours / theirs]
+    holding = [v for v in sizes if ours / v <= HOLDS]
+    size = roomy[0] if roomy else holding[-1] if holding else None
+    fitted = {**params, name: size} if size is not None else None
     return None if fitted is None or space.violations(fitted) else fitted
 
 
