@@ -82,11 +82,12 @@ class Measurement:
 class Problem:
     """A simulator profile with its shipped space: measure a configuration (noisy) or judge it (noiseless)."""
 
-    def __init__(self, name: str, intermittent: float = 0.0) -> None:
+    def __init__(self, name: str, intermittent: float = 0.0, paths: tuple[Path, Path] | None = None) -> None:
+        """`paths`: (profile, space) of a landscape written elsewhere (benchmarks/transfer.py's families)."""
         self.name = name
         self.intermittent = intermittent
-        self.profile_path, self.space_path = landscape_paths(name)
-        self.generated = is_generated(name)
+        self.profile_path, self.space_path = paths or landscape_paths(name)
+        self.generated = paths is not None or is_generated(name)
         self.profile: Profile = load_profile(self.profile_path)
         self.spec: Spec = load_spec(self.space_path)
         probe, objective = self.spec.probe, self.spec.objective

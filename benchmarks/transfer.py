@@ -70,7 +70,6 @@ import _landscapes  # noqa: E402
 import search_efficiency as se  # noqa: E402
 from tuner.search._context import EngineFacts, StudyContext, gpu_facts, model_facts, workload_facts  # noqa: E402
 from tuner.search._knowledge import Knowledge, knowledge_of_trials  # noqa: E402
-from tuner.spec._spec import load_spec  # noqa: E402
 from tuner.search._warm import WarmStart, warm_start  # noqa: E402
 from tuner.sim._profile import load_profile  # noqa: E402
 
@@ -171,18 +170,7 @@ class FamilyProblem(se.Problem):
     """search_efficiency's Problem on a family landscape (written under .cache/transfer/, not a gen-SEED one)."""
 
     def __init__(self, landscape: Landscape) -> None:
-        self.name = landscape.name
-        self.intermittent = 0.0
-        self.profile_path, self.space_path = landscape.profile, landscape.space
-        self.generated = True
-        self.profile = load_profile(self.profile_path)
-        self.spec = load_spec(self.space_path)
-        probe, objective = self.spec.probe, self.spec.objective
-        self.concurrency = objective.concurrency or max(probe.concurrency)
-        self.metric = objective.metric
-        self.maximize = objective.direction == "maximize"
-        self._true: dict[str, float | None] = {}
-        self._startup: dict[str, float] = {}
+        super().__init__(landscape.name, paths=(landscape.profile, landscape.space))
 
 
 def context(landscape: Landscape, spec: Any) -> dict[str, Any]:
