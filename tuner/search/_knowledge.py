@@ -243,16 +243,17 @@ def _good(finished: Sequence[FrozenTrial], context: Mapping[str, Any], study: st
         if key not in seen:
             seen.add(key)
             ranked.append(t)
-    shapes: set[str] = set()
-    first = [t for t in ranked if _shape(t) not in shapes and not shapes.add(_shape(t))]
+    best_of_shape: dict[str, FrozenTrial] = {}
+    for t in ranked:
+        best_of_shape.setdefault(_shape(t), t)
+    first = list(best_of_shape.values())
     picked = (first + [t for t in ranked if t not in first])[:GOOD_PER_STUDY]
     return [GoodConfig(dict(t.params), context, rank, study, t.number) for rank, t in enumerate(picked)]
 
 
 def _shape(t: FrozenTrial) -> str:
     """The flags of a configuration that name a choice (a backend, a switch), not an amount."""
-    named = {name: value for name, value in t.params.items()
-             if isinstance(value, (str, bool)) or value is None}
+    named = {name: value for name, value in t.params.items() if isinstance(value, (str, bool, type(None)))}
     return json.dumps(named, sort_keys=True, default=str)
 
 

@@ -270,12 +270,12 @@ def fit_memory(params: dict[str, Any] | None, space: Space, source: Mapping[str,
     if name is None:  # the space fixes how the weights are split: nothing to adapt (OOM lessons still warn)
         return params
     sizes = sorted(v for v in space.params[name].grid() if isinstance(v, int) and v >= params[name])
-    # The source's headroom kept where a size allows it, else the largest size that still holds the weights.
     roomy = [v for v in sizes if v >= params[name] * ours / theirs]
     holding = [v for v in sizes if ours / v <= HOLDS]
-    size = roomy[0] if roomy else holding[-1] if holding else None
-    fitted = {**params, name: size} if size is not None else None
-    return None if fitted is None or space.violations(fitted) else fitted
+    if not (roomy or holding):
+        return None
+    fitted = {**params, name: roomy[0] if roomy else holding[-1]}
+    return None if space.violations(fitted) else fitted
 
 
 def _weights_per_gpu(context: Mapping[str, Any]) -> float | None:
