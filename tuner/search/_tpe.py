@@ -18,11 +18,12 @@ Six changes, each because plain TPE wasted server restarts on the shipped or gen
    away from.
 2. **Nothing is proposed that is known in advance to be a wasted trial**: a candidate that breaks a constraint
    the space declares, or repeats a configuration already measured (or running), is dropped from TPE's
-   candidates (a third of plain TPE's trials on the 70B space were such). If every candidate is one, TPE's
-   own choice stands and the worker records it without a restart. A flag that is active only in some trials
-   (a graph size, with graphs on) is drawn after the joint sample, on its own: a draw that breaks a constraint
-   with the flags chosen already is drawn again, then at random (a quarter of the trials on the generated
-   training landscapes were graph sizes above the batch limit).
+   candidates (a third of plain TPE's trials on the 70B space were such). If every candidate is one, a
+   repeat is preferred (the worker reuses its measurement, with no restart), else TPE's own choice stands and
+   the worker records it without a restart. A flag that is active only in some trials (a graph size, with
+   graphs on) is drawn after the joint sample, on its own: a draw that breaks a constraint with the flags
+   chosen already is drawn again, then at random, then a repeat is preferred as above (a quarter of the trials
+   on the generated training landscapes were graph sizes above the batch limit).
 3. **Startup explores around the best configuration so far, not only at random.** Random launch flags mostly
    crash on exotic hardware (four in five on the GLM-5 space), while one or two flags changed from a
    configuration that works usually run and often tell more. Every other startup trial still draws every
@@ -110,7 +111,7 @@ class CrashAwareTPE(optuna.samplers.TPESampler):
         taken = self._taken(study, trial)
         odds = self._run_odds(study)
         # Every other startup trial explores around the best so far; all of them when earlier studies' good
-        # configurations started this one: far random draws then mostly crash and rarely beat what was carried.
+        # configurations started this one (benchmarks/transfer.py, docs/learning.md).
         warm = self._prior is not None and self._prior.carried > 0
         center = self._incumbent(study) if self._local_startup and (warm or self._finished(study) % 2 == 1) else None
         rng = self._rng.rng
@@ -143,12 +144,16 @@ class CrashAwareTPE(optuna.samplers.TPESampler):
                                       super().sample_independent(study, trial, param_name, param_distribution))
                 if self._allowed(known, {param_name: value}, taken):
                     return value
+        drawn = []
         for _ in range(_TRIES):
-            value = self._random_sampler.sample_independent(study, trial, param_name, param_distribution)
-            value = self._covered(known, param_name, value)
+            value = self._covered(known, param_name,
+                                  self._random_sampler.sample_independent(study, trial, param_name, param_distribution))
             if self._allowed(known, {param_name: value}, taken):
-                break
-        return value
+                return value
+            drawn.append(value)
+        # Every value drawn breaks a constraint or repeats a measured configuration. A repeat is reused: no
+        # restart, and a measurement TPE can use. A broken constraint is a trial with nothing to show.
+        return next((v for v in drawn if self._allowed(known, {param_name: v}, ())), value)
 
     def _covered(self, known: Mapping[str, Any], name: str, value: Any) -> Any:
         """A graph size drawn on its own (it is active only with graphs on), raised to cover the load."""
@@ -240,6 +245,8 @@ class CrashAwareTPE(optuna.samplers.TPESampler):
         taken = self._taken(study, trial)
         known = self._get_params(trial, study)  # this trial's flags chosen so far, and its relative sample
         allowed = np.array([self._allowed(known, params, taken) for params in external])
+        if not allowed.any():  # a repeat is reused with no restart; a broken constraint shows nothing
+            allowed = np.array([self._allowed(known, params, ()) for params in external])
         if allowed.any():
             acq_func_vals = np.where(allowed, acq_func_vals, -np.inf)
         best = int(np.argmax(acq_func_vals))
