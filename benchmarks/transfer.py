@@ -43,7 +43,6 @@ is the smoke run tests/test_bench_transfer.py parses.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import datetime as dt
 import os
@@ -53,7 +52,6 @@ import statistics
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -395,10 +393,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.monotonic()
     families, runs = [], []
     tasks = [(seed, args.seeds, args.trials, targets, args.quick, args.starts) for seed in seeds]
-    with ProcessPoolExecutor(max_workers=args.jobs) if args.jobs > 1 else contextlib.nullcontext() as pool:
-        for family, mine in (pool.map(_family_task, tasks) if pool else map(_family_task, tasks)):
-            families.append(family)
-            runs += mine
+    for family, mine in se._map(_family_task, tasks, args.jobs):
+        families.append(family)
+        runs += mine
     report(families, runs, args.trials)
     print(f"took {time.monotonic() - t0:.0f}s")
     return 0
