@@ -22,7 +22,7 @@ sys.path.insert(0, str(REPO))
 
 
 import _landscapes  # noqa: E402
-from tuner._failures import CUDA_GRAPH_CAPTURE, HUNG_IN, FailureKind  # noqa: E402
+from tuner._failures import CUDA_GRAPH_CAPTURE, FAILED_IN, HUNG_IN, FailureKind  # noqa: E402
 from tuner.trial._probe import LevelMetrics  # noqa: E402
 from tuner.spec._space import ServerConfig, Space  # noqa: E402
 from tuner.spec._spec import Spec, load_spec  # noqa: E402
@@ -113,7 +113,10 @@ class Problem:
             return Measurement(FailureKind.STARTUP_TIMEOUT, "no log output (hang) during CUDA graph capture",
                                attrs={HUNG_IN: CUDA_GRAPH_CAPTURE})
         if p.status != "ok":
-            return Measurement(STATUS_KINDS.get(p.status, FailureKind.CRASH_ON_START), p.message or p.status)
+            # Readiness names a crash after the capture-begin line (tuner/trial/_readiness.py, crash_failure).
+            where = {FAILED_IN: CUDA_GRAPH_CAPTURE} if p.stage == "capture" else {}
+            return Measurement(STATUS_KINDS.get(p.status, FailureKind.CRASH_ON_START), p.message or p.status,
+                               attrs=where)
         return Measurement(None, level=self._level(p))
 
     def gpu_seconds(self, config: ServerConfig, m: Measurement) -> float:

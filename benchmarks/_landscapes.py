@@ -107,6 +107,7 @@ FAMILIES = (
 
 # Weight dtypes: bytes per parameter, the compute dtype (a key of Gpu.tflops), the lowest SM that runs it.
 DTYPES = {"bf16": (2.0, "bf16", 0), "fp8": (1.0, "fp8", 89), "fp4": (0.56, "fp4", 100)}
+QUANTIZATION = {"fp8": "fp8", "fp4": "modelopt_fp4"}  # the quant_method its config.json would name
 
 # Attention backends: nominal speed, the SMs whose kernels exist, whether they serve MHA and/or MLA models.
 ATTENTION = {
@@ -209,7 +210,7 @@ def _model(rng: random.Random, family: Family, dtype: str) -> dict[str, Any]:
         "weight_gb_replicated": round(replicated, 2), "layers": family.layers, "hidden_size": family.hidden,
         "vocab_size": family.vocab, "context_length": family.context, "attention": family.attention,
         "kv_heads": family.kv_heads, "kv_bytes_per_token_per_layer": _kv_bytes(family),
-        "default_kv_dtype": "bfloat16", "compute_dtype": DTYPES[dtype][1],
+        "default_kv_dtype": "bfloat16", "compute_dtype": DTYPES[dtype][1], "quantization": QUANTIZATION.get(dtype),
         "kernels_per_layer": rng.choice((12, 14, 16)) + (10 if family.moe else 0),
         "attn_flops_per_token_ctx": 4.0 * family.hidden * family.layers,
         "activation_gb_per_1k_tokens": round(0.02 * family.hidden / 1024 * rng.uniform(0.8, 1.4), 3),

@@ -11,8 +11,9 @@ first model on the next engine version, where one backend's health changes: the 
 For each family, seed and target model, the tuner's own sampler and worker run in-process on the simulator's
 predict() as benchmarks/search_efficiency.py runs them (`SimulatedWorker`; one trial takes milliseconds):
 
-- `cold`: a study from nothing (`make_sampler("tpe")`, baseline first). The cold studies are also the earlier
-  studies the warm rows learn from (a full --trials run each);
+- `cold`: a study with no earlier study to learn from (`make_sampler("tpe")`, baseline first), told only what
+  its model's size says (`warm_start([], ...)`, as `run` does). The cold studies are also the earlier studies the
+  warm rows learn from (a full --trials run each);
 - `warm from 1`: warm-started from the cold study of the next model of the family (same seed), the way
   `run --learn-from` does it: `knowledge_of_trials` of the earlier study with its context (tuner/search/_context.py's
   facts of the simulated GPUs, model and workload), `warm_start(...)`, then `make_sampler(prior=warm.prior)` and
@@ -72,7 +73,7 @@ from tuner.search._warm import WarmStart, warm_start  # noqa: E402
 from tuner.sim._profile import load_profile  # noqa: E402
 
 TRAIN_FAMILIES = range(0, 8)  # to choose constants on
-TEST_FAMILIES = range(910, 922)  # to report on, once (500-505 and 900-905: spent)
+TEST_FAMILIES = range(930, 942)  # to report on, once (500-505, 900-905 and 910-921: spent)
 MODELS = 4  # per family
 VERSION = _landscapes.SGLANG_VERSION
 NEXT_VERSION = "0.5.24"  # the engine version whose health tables differ (one backend NaNs)
@@ -100,7 +101,7 @@ class Family:
     seed: int
     gpu: str
     models: tuple[Landscape, ...]
-    other_gpu: Landscape  # the first model on another host: the source of the `other GPU` row
+    other_gpu: Landscape | None  # the first model on another host: the `other GPU` row's source (None: none draws)
     broken: str | None  # the backend that NaNs on the next engine version (None: no version pair)
 
 
@@ -137,9 +138,17 @@ def draw_family(seed: int) -> Family:
     first = load_profile(models[0].profile).model.name
     model = next(m for m in _landscapes.FAMILIES if m.name == first)
     others = [g for g in _landscapes.GPUS if g.sm != gpu.sm and _landscapes.fits(g, model)]
-    other = _landscapes.Host(_landscapes._pick(rng, others), f"transfer-{seed}-other")
-    profile, space = _landscapes.make_landscape(seed * 100 + 99, other, model)
-    return Family(seed, gpu.name, tuple(models), _write(f"fam{seed}-other-gpu", profile, space, VERSION), None)
+    other_gpu = None
+    while others and other_gpu is None:
+        other = _landscapes._pick(rng, others)
+        try:
+            profile, space = _landscapes.make_landscape(seed * 100 + 99, _landscapes.Host(other, f"transfer-{seed}-other"),
+                                                        model)
+        except RuntimeError:  # no draw of this model on that GPU has a baseline that runs: another GPU
+            others.remove(other)
+            continue
+        other_gpu = _write(f"fam{seed}-other-gpu", profile, space, VERSION)
+    return Family(seed, gpu.name, tuple(models), other_gpu, None)
 
 
 def next_version(family: Family, optimum_point: Mapping[str, Any]) -> tuple[Family, Landscape | None]:
@@ -231,13 +240,18 @@ def run_family(family: Family, seeds: Sequence[int], trials: int, targets: int, 
     if next_landscape is not None:
         problems[next_landscape.name] = FamilyProblem(next_landscape)
         optima[next_landscape.name] = se.true_optimum(problems[next_landscape.name], starts, quick, not quick)
-    problems[family.other_gpu.name] = FamilyProblem(family.other_gpu)
+    if family.other_gpu is not None:
+        problems[family.other_gpu.name] = FamilyProblem(family.other_gpu)
     pending: list[tuple[str, str, int, list[se.TrialRecord]]] = []  # judged once the optima are final
+
+    def start(landscape: Landscape, sources: Sequence[Knowledge]) -> WarmStart:
+        """What `run` tells the study: with no sources, what the model's size says (weight_lesson)."""
+        problem = problems[landscape.name]
+        return warm_start(sources, problem.space, context(landscape, problem.spec))
 
     def target(landscape: Landscape, row: str, seed: int, sources: Sequence[Knowledge]) -> Study:
         problem = problems[landscape.name]
-        warm = warm_start(sources, problem.space, context(landscape, problem.spec)) if sources else None
-        study = run_study(problem, landscape, seed, trials, warm, optima[landscape.name].value)
+        study = run_study(problem, landscape, seed, trials, start(landscape, sources), optima[landscape.name].value)
         pending.append((landscape.name, row, seed, study.records))
         return study
 
@@ -245,7 +259,7 @@ def run_family(family: Family, seeds: Sequence[int], trials: int, targets: int, 
         t0 = time.monotonic()
         cold: list[Study] = []
         for i, m in enumerate(family.models):  # every cold study runs whole: later ones learn from it
-            study = run_study(problems[m.name], m, seed, trials, None, None)
+            study = run_study(problems[m.name], m, seed, trials, start(m, []), None)
             cold.append(study)
             if i < targets:
                 pending.append((m.name, "cold", seed, study.records))
@@ -254,8 +268,10 @@ def run_family(family: Family, seeds: Sequence[int], trials: int, targets: int, 
             target(m, "warm from 1", seed, [cold[(i + 1) % n].knowledge])
             target(m, "warm from 3", seed, [cold[(i + j) % n].knowledge for j in range(1, min(4, n))])
         first = family.models[0]
-        other = run_study(problems[family.other_gpu.name], family.other_gpu, seed, trials, None, None)
-        target(first, "other GPU", seed, [other.knowledge])
+        if family.other_gpu is not None:
+            other = run_study(problems[family.other_gpu.name], family.other_gpu, seed, trials,
+                              start(family.other_gpu, []), None)
+            target(first, "other GPU", seed, [other.knowledge])
         if next_landscape is not None:
             target(next_landscape, "cold", seed, [])
             target(next_landscape, "other version", seed, [cold[0].knowledge])

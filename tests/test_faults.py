@@ -44,6 +44,20 @@ def test_fault_is_recorded_with_its_kind_and_nothing_remains(tuner, fault, kind)
     assert tuner.leftovers() == {}
 
 
+@pytest.mark.parametrize("fault, failed_in", [("oom_at_capture", "cuda_graph_capture"), ("crash_at_start", None)])
+def test_a_crash_says_whether_it_happened_capturing_cuda_graphs(tuner, fault, failed_in):
+    """An out-of-memory error after SGLang's capture-begin line is an OOM that only a configuration capturing
+    graphs meets: the sampler learns it as a failed capture (it says nothing of the same flags with graphs off)."""
+    space = tuner.space(FAULT_SPACE)
+    done = tuner.run("run", "--trials", "1", "--space", str(space), "--simulate", "instant",
+                     env={"TUNER_SIM_FAULTS": fault})
+    assert done.returncode == 0, done.stderr
+    attrs = tuner.study("faults").trials[0].user_attrs
+    assert attrs["failure_kind"] == ("oom" if failed_in else "crash_on_start"), attrs
+    assert attrs.get("failed_in") == failed_in
+    assert tuner.leftovers() == {}
+
+
 @pytest.mark.parametrize("fault, hung_in", [("hang_at_capture", "cuda_graph_capture"),
                                              ("slow_start_no_log=30", None)])
 def test_a_start_that_times_out_says_whether_it_hung_capturing_cuda_graphs(tuner, fault, hung_in):

@@ -65,21 +65,25 @@ _KERNEL = frozenset({FailureKind.CRASH_ON_START, FailureKind.GRAPH_CAPTURE_FAILE
                      FailureKind.WRONG_ANSWER, FailureKind.GARBAGE, FailureKind.INCONSISTENT_LOGPROBS,
                      FailureKind.CRASH_UNDER_LOAD})
 
-# A trial attribute of a start that timed out: where it hung, if the log says (CUDA_GRAPH_CAPTURE: between
-# the engine's capture-begin line and its end).
+# Trial attributes of a failed start, where the log says (CUDA_GRAPH_CAPTURE: between the engine's
+# capture-begin line and its end): where a start that timed out hung; where a server that crashed died (an
+# out-of-memory error while capturing is classed OOM, yet only a configuration that captures can meet it).
 HUNG_IN = "hung_in"
+FAILED_IN = "failed_in"
 CUDA_GRAPH_CAPTURE = "cuda_graph_capture"
 
 
 def failed_capturing(attrs: Mapping[str, Any]) -> bool:
-    """Whether a trial's attributes say its CUDA graph capture failed: an exception, or a hang."""
+    """Whether a trial's attributes say its CUDA graph capture failed: an exception (out of memory included),
+    or a hang."""
     return (attrs.get("failure_kind") == FailureKind.GRAPH_CAPTURE_FAILED.value
-            or attrs.get(HUNG_IN) == CUDA_GRAPH_CAPTURE)
+            or CUDA_GRAPH_CAPTURE in (attrs.get(HUNG_IN), attrs.get(FAILED_IN)))
 
 
 def carries_trial(attrs: Mapping[str, Any]) -> str | None:
-    """How a failed trial's lesson carries over (`FailureKind.carries`), from its attributes."""
-    if failed_capturing(attrs):
+    """How a failed trial's lesson carries over (`FailureKind.carries`), from its attributes: a failed capture
+    as a kernel's failure, unless it ran out of memory."""
+    if failed_capturing(attrs) and attrs.get("failure_kind") != FailureKind.OOM.value:
         return KERNEL
     try:
         return FailureKind(attrs.get("failure_kind")).carries

@@ -59,6 +59,8 @@ def test_a_studys_failures_are_explained_by_the_values_that_failed_in_other_comp
     assert "workload" not in nan.context and nan.context["gpus"]["compute_capability"] == "12.0"
     assert [(g.trial, g.rank) for g in knowledge.good] == [(5, 0), (6, 1), (0, 2)]  # best first
     assert knowledge.good[0].context["workload"] == {"metric": "output_throughput"}
+    # The choices that ran: nsa only failed, graphs off only failed; sizes are amounts, not kernels.
+    assert knowledge.ran == {"attention-backend": ("trtllm_mla",), "disable-cuda-graph": (False,)}
 
 
 def test_a_lesson_reads_as_a_sentence_and_matches_what_it_says():

@@ -174,3 +174,18 @@ def test_a_study_without_a_context_is_refused_as_a_source_and_for_export(tuner):
         assert done.returncode == 2 and done.stderr.splitlines() == [f"error: {fix}"], done.stderr
     assert [s.study_name for s in optuna.get_all_study_summaries(tuner.storage)] == ["old"]
     assert not (tuner.folder / "old.yaml").exists()
+
+
+def test_a_cold_study_is_told_which_tensor_parallel_sizes_cannot_hold_its_model(tuner):
+    """Llama 70B in bf16 (141 GB) on 141 GB H200s: at tp 1 the weights fill the GPU. With nothing to learn from,
+    the run says so, records it, and its first trials leave tp 1 alone."""
+    space = REPO / "search_spaces" / "llama3-70b-8xh200.yaml"
+    done = tuner.run("run", "--trials", "4", "--space", str(space), "--simulate", "llama3-70b-8xh200",
+                     "--learn-from", "none", env=SIM_FAST)
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stderr.splitlines() if line.startswith("the model's size:")]
+    assert said == ["the model's size: `tp-size: <= 1` is likely to run out of memory (at 1 the weights take 101% "
+                    "of each GPU's memory)"], done.stderr
+    study = tuner.study("llama3-70b-8xh200")
+    assert [s["source"] for s in study.user_attrs["learned"]["sources"]] == ["the model's size"]
+    assert all(t.params["tp-size"] > 1 for t in study.get_trials())

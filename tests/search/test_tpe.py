@@ -62,6 +62,12 @@ def test_an_oom_at_a_large_batch_blames_large_batches_not_graphs(tuner, kind):
     assert at_48 > at_96 and at_96 >= at_128, (at_48, at_96, at_128)
     # Graphs as such keep a fair chance: an OOM points at sizes first.
     assert at_48 > 0.3, at_48
+    # It ran out of memory capturing graphs: with graphs off, the same flags keep every chance.
+    assert oom.user_attrs["failed_in"] == "cuda_graph_capture" and failed_capturing(oom.user_attrs)
+    aware = GraphAwareOdds.learn(study.trials)
+    off = dict(disable_cuda_graph=True, schedule_conservativeness=1.0)
+    assert _chance(aware, study, **off) == pytest.approx(_chance(RunOdds.learn([baseline]), study, **off))
+    assert _chance(aware, study, cuda_graph_max_bs_decode=96, **graphs) < 0.5
 
     # And the search acts on it: graphs are not dropped after the OOM (seen from outside with the old model:
     # in 2 of 5 seeds, no graphs-on trial ever again). On this profile graphs change no speed, so which size

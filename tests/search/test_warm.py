@@ -14,8 +14,9 @@ from conftest import instant_space
 from tuner._failures import FailureKind
 from tuner.search._knowledge import GoodConfig, Knowledge, Lesson
 from tuner.search._study import _initialise, make_sampler
-from tuner.search._warm import (HALF_LIFE, KERNEL_WEIGHT, MEMORY_WEIGHT, SCALE_POWER, Ghost, Prior, adapt,
-                                fit_memory, lesson_weight, scale_memory, similarity, warm_start)
+from tuner.search._warm import (HALF_LIFE, KERNEL_WEIGHT, MAX_WEIGHT, MEMORY_WEIGHT, SCALE_POWER, UNTRIED_WEIGHT,
+                                Ghost, Prior, adapt, fit_memory, lesson_weight, scale_memory, similarity, warm_start,
+                                weight_lesson)
 from tuner.spec._spec import parse_spec
 
 SM120 = {"engine": {"name": "sglang", "version": "0.5.6"},
@@ -139,19 +140,51 @@ def test_a_good_configuration_of_a_lighter_model_runs_here_on_as_many_more_gpus_
     spec = parse_spec(instant_space("tp", params=PARAMS + "  tp-size: {type: categorical, choices: [1, 2, 4, 8]}\n",
                                     baseline="{attention-backend: a, cuda-graph-max-bs: 64, "
                                              "schedule-conservativeness: 1.0, tp-size: 8}"))
-    light = _with(SM120, model={"params_b": 200.0})
+    # 38B in bf16 takes 79.5% of one 95.6 GB GPU; 152B on 4 of them as much.
+    light, here = _with(SM120, model={"params_b": 38.0}), _with(SM120, model={"params_b": 152.0})
     best = {"attention-backend": "b", "cuda-graph-max-bs": 32, "schedule-conservativeness": 0.8, "tp-size": 1}
-    assert fit_memory(best, spec.space, light, SM120)["tp-size"] == 4  # 3.7x as heavy: tp 1 -> 4
-    assert fit_memory(best, spec.space, SM120, light) == best  # lighter here: as it was
-    assert fit_memory({**best, "tp-size": 4}, spec.space, light, SM120) is None  # no size holds it
+    assert fit_memory(best, spec.space, light, here)["tp-size"] == 4  # 4x as heavy: tp 1 -> 4
+    assert fit_memory(best, spec.space, here, light) == best  # lighter here: as it was
+    assert fit_memory(best, spec.space, light, SM120) is None  # GLM-5 in bf16: no size holds it
     # 3x as heavy at tp 4 would want tp 12: the largest size that still holds the weights (8: 78% of each GPU).
     lighter, heavier = _with(SM120, model={"params_b": 100.0}), _with(SM120, model={"params_b": 300.0})
     assert fit_memory({**best, "tp-size": 4}, spec.space, lighter, heavier)["tp-size"] == 8
     fixed = {k: v for k, v in best.items() if k != "tp-size"}
-    assert fit_memory(fixed, SPEC.space, light, SM120) == fixed  # the space fixes the split: nothing to adapt
+    assert fit_memory(fixed, SPEC.space, light, here) == fixed  # the space fixes the split: nothing to adapt
     warm = warm_start([Knowledge("study 'light'", good=(GoodConfig(best, light, 0, "light", 0),), context=light)],
-                      spec.space, SM120)
+                      spec.space, here)
     assert [params["tp-size"] for params, _ in warm.first] == [4]
+
+
+def test_before_any_trial_the_models_size_warns_of_the_tensor_parallel_sizes_too_small_to_hold_it():
+    """Llama 70B in bf16 on 44.4 GB GPUs: at tp 2 its weights take 159% of each GPU, at tp 4 80% (HOLDS)."""
+    tp = "  tp-size: {type: categorical, choices: [1, 2, 4, 8]}\n"
+    spec = parse_spec(instant_space("tp", params=PARAMS + tp, baseline="{attention-backend: a, cuda-graph-max-bs: 64, "
+                                                                      "schedule-conservativeness: 1.0, tp-size: 8}"))
+    l40s = _with(SM120, gpus={"memory_gb": 44.4}, model={"params_b": 70.6, "architecture": "LlamaForCausalLM"})
+    lesson = weight_lesson(spec.space, l40s)
+    assert lesson.values == {"tp-size": {"at-most": 2}} and lesson.kind == FailureKind.OOM
+    assert lesson.matches({"tp-size": 2}) and not lesson.matches({"tp-size": 4})
+    fp8 = _with(l40s, model={"quantization": "fp8"})  # half the bytes: tp 2 holds it
+    assert weight_lesson(spec.space, fp8).values == {"tp-size": {"at-most": 1}}
+    assert weight_lesson(spec.space, _with(l40s, model={"params_b": 8.0})) is None  # every size holds it
+    assert weight_lesson(spec.space, _with(l40s, gpus={"memory_gb": None})) is None  # nothing to weigh it by
+    assert weight_lesson(SPEC.space, l40s) is None  # the space does not vary the split
+    staged = parse_spec(instant_space("pp", params=PARAMS + tp + "  pp-size: {type: categorical, choices: [1, 2]}\n",
+                                      baseline="{attention-backend: a, cuda-graph-max-bs: 64, "
+                                               "schedule-conservativeness: 1.0, tp-size: 8, pp-size: 1}"))
+    assert weight_lesson(staged.space, l40s) is None  # pipeline stages split the weights too
+
+    # A study with nothing to learn from is told it, and says so; one run at tp 2 voids it.
+    warm = warm_start([], spec.space, l40s)
+    assert warm.first == () and warm.prior.carried == 0
+    assert [(u.source, u.lessons) for u in warm.used] == [("the model's size", 1)]
+    assert warm.used[0].told == ("`tp-size: <= 2` is likely to run out of memory (at 2 the weights take 159% of "
+                                 "each GPU's memory)",)
+    assert [w for _, w in warm.prior.live([])] == [MAX_WEIGHT]
+    ran = optuna.trial.create_trial(params={"tp-size": 2}, distributions={
+        "tp-size": optuna.distributions.CategoricalDistribution([1, 2, 4, 8])}, value=1.0)
+    assert warm.prior.live([ran]) == []
 
 
 def _trial(params: dict, failed: bool = False) -> optuna.trial.FrozenTrial:
@@ -160,6 +193,29 @@ def _trial(params: dict, failed: bool = False) -> optuna.trial.FrozenTrial:
                                      state=TrialState.PRUNED if failed else TrialState.COMPLETE,
                                      user_attrs={"failure_kind": "nan"} if failed else {},
                                      system_attrs={"constraints": (1.0 if failed else 0.0,)})
+
+
+def test_a_choice_no_study_on_these_kernels_ran_is_drawn_less_until_this_study_runs_it():
+    """A backend no earlier study on the same GPU architecture and engine version ran may crash here: it counts
+    as UNTRIED_WEIGHT failed trials, fading as lessons do; one that ran there, or here, counts as nothing."""
+    source = Knowledge("study 'near'", context=SM120, ran={"attention-backend": ("a", "b")})
+    prior = warm_start([source], SPEC.space, SM120).prior
+    assert prior.ran == {"attention-backend": frozenset({"a", "b"})}
+    other_version = _with(SM120, engine={"version": "0.5.23"})
+    assert warm_start([source], SPEC.space, other_version).prior.ran == {}  # other kernels: nothing said
+
+    class Own:
+        def log_run(self, params, space):
+            return 0.0
+
+    untried = -math.log1p(UNTRIED_WEIGHT)
+    odds = prior.odds(Own(), [])
+    assert odds.log_run({"attention-backend": "b"}, {}) == 0.0
+    assert odds.log_run({"attention-backend": "c"}, {}) == pytest.approx(untried)
+    ran_c = prior.odds(Own(), [_trial({"attention-backend": "c"})])
+    assert ran_c.log_run({"attention-backend": "c"}, {}) == 0.0
+    later = prior.odds(Own(), [_trial({"attention-backend": "a"})] * HALF_LIFE)
+    assert later.log_run({"attention-backend": "d"}, {}) == pytest.approx(-math.log1p(UNTRIED_WEIGHT / 2))
 
 
 def test_a_lesson_fades_with_this_studys_trials_and_one_run_that_contradicts_it_voids_it():

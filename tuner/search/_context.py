@@ -146,7 +146,8 @@ def model_facts(model_path: str, profile: str | None) -> ModelFacts:
     return ModelFacts(f"simulator profile {p.name}", name=m.name, architecture=m.architecture, layers=m.layers,
                       hidden_size=m.hidden_size, kv_heads=m.kv_heads if m.attention == "mha" else None,
                       experts=m.moe.experts if m.moe else None, experts_per_token=m.moe.top_k if m.moe else None,
-                      dtype=m.dtype.removeprefix("torch."), params_b=m.params_b, params_from="simulator profile")
+                      quantization=m.quantization, dtype=m.dtype.removeprefix("torch."), params_b=m.params_b,
+                      params_from="simulator profile")
 
 
 def engine_facts(engine: str, read_back: str | None, asked: ServerVersion | None, profile: str | None) -> EngineFacts:

@@ -74,10 +74,14 @@ class Lesson:
             return False
         return all(name in params and _within(params[name], want) for name, want in self.values.items())
 
+    def reads_values(self) -> str:
+        """'nsa-decode-backend: flashmla_sparse', 'cuda-graph-max-bs: >= 96'."""
+        return ", ".join(f"{name}: {_value_text(v)}" for name, v in self.values.items())
+
     def reads(self) -> str:
         """What it says, as it carries: '`nsa-decode-backend: flashmla_sparse` gives NaN on SM120 with SGLang 0.5.6',
         '`cuda-graph-max-bs: >= 96` runs out of memory with GLM-5 (744B) on 8x 95.6 GB, SGLang 0.5.6'."""
-        values = ", ".join(f"{name}: {_value_text(v)}" for name, v in self.values.items())
+        values = self.reads_values()
         verb = _KIND_READS.get(self.kind, f"fails ({self.kind.value})")
         if self.capture and self.kind != FailureKind.GRAPH_CAPTURE_FAILED:
             verb += " capturing CUDA graphs"
@@ -122,6 +126,7 @@ class Knowledge:
     lessons: tuple[Lesson, ...] = ()
     good: tuple[GoodConfig, ...] = ()
     context: Mapping[str, Any] = field(default_factory=dict)  # a study's own; {} for a file (each lesson has one)
+    ran: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)  # each choice flag: the values that ran
 
 
 def knowledge_of_trials(study: str, trials: Sequence[FrozenTrial], context: Mapping[str, Any], maximize: bool,
@@ -134,7 +139,7 @@ def knowledge_of_trials(study: str, trials: Sequence[FrozenTrial], context: Mapp
     # A failure is matched by what it ran on; a good configuration by what it was good for too.
     on = {k: v for k, v in kept.items() if k != "workload"}
     return Knowledge(source or f"study '{study}'", tuple(_lessons(finished, on, study)),
-                     tuple(_good(finished, kept, study, maximize)), kept)
+                     tuple(_good(finished, kept, study, maximize)), kept, _ran(finished))
 
 
 def knowledge_of_study(study: optuna.Study, source: str | None = None) -> Knowledge:
@@ -227,6 +232,17 @@ def _evidence(t: FrozenTrial) -> str:
     message = str(t.user_attrs.get("failure_message") or "").strip()
     line = message.splitlines()[0] if message else ""
     return line[:300]
+
+
+def _ran(finished: Sequence[FrozenTrial]) -> dict[str, tuple[Any, ...]]:
+    """The values of each choice flag (a backend, a switch) that started and answered in some trial."""
+    ran: dict[str, list[Any]] = {}
+    for t in finished:
+        if _violation(t) <= 0:
+            for name, value in t.params.items():
+                if isinstance(value, (str, bool)) and value not in ran.setdefault(name, []):
+                    ran[name].append(value)
+    return {name: tuple(values) for name, values in ran.items()}
 
 
 def _good(finished: Sequence[FrozenTrial], context: Mapping[str, Any], study: str, maximize: bool) -> list[GoodConfig]:

@@ -20,7 +20,7 @@ from .._redact import redact_url
 from ._context import ATTR as CONTEXT_ATTR, richness
 from ._knowledge import Knowledge, knowledge_of_study, read_knowledge
 from ._study import open_storage, stored_study_names
-from ._warm import WarmStart
+from ._warm import WEIGHTS_SOURCE, WarmStart
 
 NONE = "none"
 ATTR = "learned"  # the study user attr: what it learnt from where
@@ -142,18 +142,25 @@ def _storage_studies(source: str, storage_url: str, study_name: str) -> list[Kno
 
 def line(warm: WarmStart, learning: Learning) -> str:
     """What the run says, in one line, of what it learns and from where."""
-    parts = []
+    parts, sized = [], ""
     for used in warm.used:
+        if used.source == WEIGHTS_SOURCE:
+            sized = f"{WEIGHTS_SOURCE}: {used.told[0]}"
+            continue
         said = f"{used.lessons} lesson{'' if used.lessons == 1 else 's'}"
         if used.first:
             said += f", {used.first} configuration{'' if used.first == 1 else 's'} to try first"
         parts.append(f"{used.source} ({said})")
     told = "; ".join(parts)
-    if learning.default:
-        many = len(warm.used) > 1
-        return (f"learning from {len(warm.used)} earlier stud{'ies' if many else 'y'} of this storage on the same "
-                f"engine and GPU: {told} (--learn-from none starts cold)")
-    return f"learning from {told}"
+    if not parts:
+        learnt = ""
+    elif learning.default:
+        many = len(parts) > 1
+        learnt = (f"learning from {len(parts)} earlier stud{'ies' if many else 'y'} of this storage on the same "
+                  f"engine and GPU: {told} (--learn-from none starts cold)")
+    else:
+        learnt = f"learning from {told}"
+    return "; ".join(text for text in (learnt, sized) if text)
 
 
 def record(study: optuna.Study, warm: WarmStart, learning: Learning) -> None:

@@ -260,7 +260,8 @@ class CrashAwareTPE(optuna.samplers.TPESampler):
                                      use_cache=True)
         odds = GraphAwareOdds.learn(finished)
         # Warm start: failures of earlier studies that no trial of this one has contradicted (tuner/search/_warm.py).
-        return odds if self._prior is None or not self._prior.lessons else self._prior.odds(odds, finished)
+        told = self._prior is not None and (self._prior.lessons or self._prior.ran)
+        return self._prior.odds(odds, finished) if told else odds
 
     def _build_parzen_estimator(self, study: optuna.Study, search_space: dict[str, BaseDistribution],
                                 trials: list[FrozenTrial], handle_below: bool) -> Any:

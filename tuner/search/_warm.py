@@ -20,6 +20,12 @@ What carries over, and how much:
   most MAX_FIRST, the most similar first: `similarity`). The startup trials after them all explore around the
   best so far (tuner/search/_tpe.py). They may also weigh in TPE's density of good configurations
   (GHOST_WEIGHT, off for now).
+- **What ran**: the choice values (backends, switches) each earlier study on the same GPU architecture and engine
+  version ran. A value none of them ran, nor this study, counts as UNTRIED_WEIGHT failed trials: a kernel never
+  seen running here is likelier to crash than one that was.
+- **The model's size**, whatever the sources: the tensor-parallel sizes too small to hold its weights
+  (more than HOLDS of each GPU's memory) are told to run out of memory, as one lesson (`weight_lesson`). On the
+  training families, local moves from a working size to one too small were 7 of 17 early failures.
 
 Never a ban: a lesson only lowers the chance a proposal is drawn (to 1 / (1 + its weight), to TPE's power of
 risk aversion), and one trial of this study that ran with its values voids it; TPE's own trials outweigh the
@@ -30,7 +36,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from optuna.trial import FrozenTrial
@@ -56,9 +62,16 @@ SCALE_POWER = 0.5
 GHOST_WEIGHT = 0.0
 RANK_DECAY = 0.7  # a study's second-best configuration counts this much of its best, the third this squared
 MAX_FIRST = 3  # configurations tried right after the baseline
+# Failed trials of this study that a choice value (a backend, a switch) counts as while no earlier study on these
+# kernels (GPU architecture, engine version) nor this one ran it, fading as lessons do. On the training families
+# (benchmarks/transfer.py --families train --seeds 2), warm from 1: 0 -> 1 took restarts to 98% from 12 to 11.5 and
+# crash/NaN in the first 10 from 12.2% to 9.7% (0.5: 13 and 10.3%); warm from 3 reached 98% in 46 of 64 runs, not 51.
+UNTRIED_WEIGHT = 1.0
 HOLDS = 0.8  # a tensor-parallel size holds a model whose weights take at most this share of each GPU's memory
 MAX_TOLD = 8  # lessons per source the study's `learned` attr spells out
 TP_FLAGS = ("tp-size", "tensor-parallel-size")  # the flag that splits the weights over GPUs (SGLang, vLLM)
+PP_FLAGS = ("pp-size", "pipeline-parallel-size")
+WEIGHTS_SOURCE = "the model's size"  # what a study learns before its first trial (weight_lesson)
 # The share of GPU memory the engine takes for weights, KV and graphs (SGLang, vLLM): too low, the weights leave
 # no KV pool; too high, nothing is left to capture graphs in.
 FRACTION_FLAGS = ("mem-fraction-static", "gpu-memory-utilization")
@@ -88,10 +101,18 @@ class Prior:
     lessons: tuple[CarriedLesson, ...] = ()
     ghosts: tuple[Ghost, ...] = ()
     carried: int = 0  # good configurations carried over (tried first, or ghosts)
+    ran: Mapping[str, frozenset] = field(default_factory=dict)  # choice values that ran on these kernels
 
     def odds(self, own: Any, finished: Sequence[FrozenTrial]) -> ToldOdds:
         """The study's own run odds (GraphAwareOdds) times what the lessons still say, given its trials so far."""
-        return ToldOdds(own, self.live(finished))
+        decay = 0.5 ** (len(finished) / HALF_LIFE)
+        ran = {name: set(values) for name, values in self.ran.items()}
+        for t in finished:  # what this study ran counts as tried too
+            if _violation(t) <= 0 and t.user_attrs.get("failure_kind") != FailureKind.INVALID_CONFIG:
+                for name, value in t.params.items():
+                    if name in ran:
+                        ran[name].add(value)
+        return ToldOdds(own, self.live(finished), ran, UNTRIED_WEIGHT * decay)
 
     def live(self, finished: Sequence[FrozenTrial]) -> list[tuple[Lesson, float]]:
         """Each lesson no trial of this study has contradicted, with its weight after decay. A trial that ran
@@ -106,14 +127,20 @@ class Prior:
 class ToldOdds:
     """P(runs | flags): the study's own odds, times what the lessons it has not contradicted still say."""
 
-    def __init__(self, own: Any, live: Sequence[tuple[Lesson, float]]) -> None:
+    def __init__(self, own: Any, live: Sequence[tuple[Lesson, float]], ran: Mapping[str, set] | None = None,
+                 untried: float = 0.0) -> None:
         self._own = own
         self._live = live
+        self._ran = ran or {}
+        self._untried = untried
 
     def log_run(self, params: Mapping[str, Any], search_space: Mapping[str, Any]) -> float:
-        """The own odds plus the strongest lesson that matches: log 1 / (1 + weight)."""
+        """The own odds plus the strongest lesson that matches: log 1 / (1 + weight); and, per choice value no
+        earlier study on these kernels nor this one ran, log 1 / (1 + untried)."""
         told = min((-math.log1p(w) for lesson, w in self._live if lesson.matches(params)), default=0.0)
-        return self._own.log_run(params, search_space) + told
+        new = sum(1 for name, value in params.items() if isinstance(value, (str, bool)) and self._ran.get(name)
+                  and value not in self._ran[name])
+        return self._own.log_run(params, search_space) + told - new * math.log1p(self._untried)
 
 
 @dataclass(frozen=True)
@@ -149,6 +176,9 @@ def warm_start(knowledge: Sequence[Knowledge], space: Space, context: Mapping[st
     workload; tuner/search/_context.py)."""
     carried: list[CarriedLesson] = []
     told: dict[str, list[CarriedLesson]] = {}
+    weights = weight_lesson(space, context)
+    if weights is not None:
+        carried.append(CarriedLesson(weights, MAX_WEIGHT))
     for k in knowledge:
         for lesson in k.lessons:
             weight = lesson_weight(lesson, context)
@@ -167,6 +197,11 @@ def warm_start(knowledge: Sequence[Knowledge], space: Space, context: Mapping[st
         if k.good and _same_architecture(k.context, context):
             candidates += [(similar[k.source] * RANK_DECAY ** g.rank, g, k) for g in k.good]
     candidates.sort(key=lambda c: -c[0])
+    ran: dict[str, set] = {}
+    for k in knowledge:  # what ran on these kernels (the same GPU architecture and engine version)
+        if _same_kernels(k.context, context):
+            for name, values in k.ran.items():
+                ran.setdefault(name, set()).update(values)
     first: list[tuple[dict[str, Any], str]] = []
     ghosts: list[Ghost] = []
     carried_good: list[dict[str, Any]] = []
@@ -186,7 +221,27 @@ def warm_start(knowledge: Sequence[Knowledge], space: Space, context: Mapping[st
                            similar.get(k.source), tuple(c.lesson.reads() for c in sorted(
                                told.get(k.source, []), key=lambda c: -c.weight)))
                  for k in knowledge)
-    return WarmStart(tuple(first), Prior(tuple(carried), tuple(ghosts), len(carried_good)), used)
+    if weights is not None:
+        used = (SourceUse(WEIGHTS_SOURCE, 1, 0, None, (f"`{weights.reads_values()}` is likely to run out of memory "
+                                                        f"({weights.evidence})",)), *used)
+    told_ran = {name: frozenset(v) for name, v in ran.items() if name in space.params} if UNTRIED_WEIGHT else {}
+    return WarmStart(tuple(first), Prior(tuple(carried), tuple(ghosts), len(carried_good), told_ran), used)
+
+
+def weight_lesson(space: Space, context: Mapping[str, Any]) -> Lesson | None:
+    """What the model's size says before any trial: the tensor-parallel sizes whose share of the weights takes more
+    than HOLDS of a GPU's memory run out of memory (at load, or with no room left for a KV pool). None where the
+    context lacks the model's size or the GPUs' memory, the space does not vary the size, or every size holds."""
+    heavy = _weights_per_gpu(context)
+    name = next((n for n in TP_FLAGS if n in space.params and space.params[n].sampled), None)
+    # Pipeline stages split the weights too: a size alone no longer says how much each GPU holds.
+    if heavy is None or name is None or any(n in space.params for n in PP_FLAGS):
+        return None
+    short = [v for v in space.params[name].grid() if _is_number(v) and heavy / v > HOLDS]
+    if not short:
+        return None
+    return Lesson({name: {AT_MOST: max(short)}}, FailureKind.OOM, dict(context), blame=MAX_WEIGHT / MEMORY_WEIGHT,
+                  evidence=f"at {max(short)} the weights take {heavy / max(short):.0%} of each GPU's memory")
 
 
 def _same_architecture(source: Mapping[str, Any], target: Mapping[str, Any]) -> bool:
@@ -197,6 +252,12 @@ def _same_architecture(source: Mapping[str, Any], target: Mapping[str, Any]) -> 
         str(arch) == str(their_arch)
 
 
+def _same_kernels(source: Mapping[str, Any], target: Mapping[str, Any]) -> bool:
+    """The same engine and version on GPUs of the same compute capability: a kernel that ran there runs here."""
+    version, theirs = ((c.get("engine") or {}).get("version") for c in (target, source))
+    return _same_architecture(source, target) and bool(version) and version == theirs
+
+
 def lesson_weight(lesson: Lesson, context: Mapping[str, Any]) -> float:
     """Failed trials of this study that the lesson counts as at its start; 0 where it does not carry."""
     source = lesson.context
@@ -204,9 +265,7 @@ def lesson_weight(lesson: Lesson, context: Mapping[str, Any]) -> float:
     if not engine.get("name") or engine.get("name") != their_engine.get("name"):
         return 0.0
     if lesson.carries == KERNEL:
-        same = _same_architecture(source, context) and engine.get("version") \
-            and engine.get("version") == their_engine.get("version")
-        return min(MAX_WEIGHT, KERNEL_WEIGHT * lesson.blame) if same else 0.0
+        return min(MAX_WEIGHT, KERNEL_WEIGHT * lesson.blame) if _same_kernels(source, context) else 0.0
     if lesson.carries == MEMORY:  # its bounds move with the model and GPUs (scale_memory), not its weight
         known = memory_pressure(context) is not None and memory_pressure(source) is not None
         return min(MAX_WEIGHT, MEMORY_WEIGHT * lesson.blame) if known else 0.0

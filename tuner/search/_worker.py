@@ -23,7 +23,7 @@ import optuna
 from optuna.trial import TrialState
 
 from .._errors import TunerError
-from .._failures import HUNG_IN, FailureKind, FailureRecord
+from .._failures import FAILED_IN, HUNG_IN, FailureKind, FailureRecord
 from .._redact import Redactor
 from ..spec import ServerConfig, Spec
 from ..trial import (FEASIBILITY, WORKER_RECORD, TrialContext, TrialPlan, TrialResult, free_port, note_markdown,
@@ -41,7 +41,7 @@ FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 # What a retried trial inherits from the one that died (RetryHeartbeatStaleTrialCallback copies every user
 # attr) but must not keep: it is about the dead run, not this one.
 _RUN_ATTRS = ("config_key", "ended_at", "gpu_ids", "slot_acquired_at", "slot_released_at", "failure_kind",
-              "failure_message", "failure_stage", HUNG_IN)
+              "failure_message", "failure_stage", HUNG_IN, FAILED_IN)
 
 
 class Interrupted(TunerError):

@@ -72,6 +72,7 @@ class ModelSpec:
     sparse_attention_topk: int | None = None  # DSA: KV tokens one query reads at most
     moe: Moe | None = None
     dtype: str = "torch.bfloat16"
+    quantization: str | None = None  # config.json's quantization_config.quant_method: what the weights are stored in
     compute_dtype: str = "bf16"  # key into hardware.peak_tflops for the GEMMs
     kernels_per_layer: int = 14  # kernels one decoder layer launches in a decode step
     attn_flops_per_token_ctx: float = 0.0  # attention FLOPs per (query token x context token), whole model

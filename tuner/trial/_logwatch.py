@@ -35,6 +35,7 @@ class FatalSign:
     # trial even while the process lives. False: a bare traceback, which a live server also prints for one
     # failed request; it explains an exit, but is only evidence beside a verdict otherwise.
     definitive: bool = True
+    capturing: bool = False  # seen between the engine's capture-begin line and its end
 
 
 class LogWatcher:
@@ -107,7 +108,7 @@ class LogWatcher:
                     seen_at = self.fatal.seen_at  # the same sign, better named: do not wait again
                 if self.fatal is None or definitive and not self.fatal.definitive:
                     self._before, self._after = list(self.tail)[-5:], [line]
-                self.fatal = FatalSign(kind, line, seen_at, definitive)
+                self.fatal = FatalSign(kind, line, seen_at, definitive, self._capturing)
         self.tail.append(line)
 
     def cause(self) -> str:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import httpx
 import tenacity
 
-from .._failures import CUDA_GRAPH_CAPTURE, HUNG_IN, FailureKind, TrialFailure
+from .._failures import CUDA_GRAPH_CAPTURE, FAILED_IN, HUNG_IN, FailureKind, TrialFailure
 from ..engines import Engine
 from ._launch import ServerProcess
 from ._logwatch import LogWatcher
@@ -137,7 +137,8 @@ def crash_failure(watcher: LogWatcher, stage: str, code: int | None,
     cause = watcher.cause()
     message = f"{cause} ({what})" if cause else what  # the cause first: a shortened message keeps it
     return TrialFailure(kind, textwrap.shorten(message, 500, placeholder=" ..."),
-                        watcher.excerpt(around=fatal.line if fatal else None), stage)
+                        watcher.excerpt(around=fatal.line if fatal else None), stage,
+                        {FAILED_IN: CUDA_GRAPH_CAPTURE} if fatal and fatal.capturing else None)
 
 
 def exit_text(code: int, signalled: Collection[str] = (), fatal_logged: bool = False) -> str:
