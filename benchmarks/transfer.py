@@ -141,9 +141,9 @@ def draw_family(seed: int) -> Family:
     other_gpu = None
     while others and other_gpu is None:
         other = _landscapes._pick(rng, others)
+        host = _landscapes.Host(other, f"transfer-{seed}-other")
         try:
-            profile, space = _landscapes.make_landscape(seed * 100 + 99, _landscapes.Host(other, f"transfer-{seed}-other"),
-                                                        model)
+            profile, space = _landscapes.make_landscape(seed * 100 + 99, host, model)
         except RuntimeError:  # no draw of this model on that GPU has a baseline that runs: another GPU
             others.remove(other)
             continue

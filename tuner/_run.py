@@ -238,17 +238,14 @@ def _learn(options: RunOptions, prepared: Prepared, study_name: str,
     stored = stored_context(options.storage, study_name)
     context = best_context(recorder.collect(None).to_attr(), stored)
     learning = gather(options.learn_from, options.storage, study_name, context)
-    if not learning.knowledge:
-        # Nothing learnt from: what the model's size says still holds (_warm.weight_lesson).
-        warm = warm_start((), spec.space, context)
-        if not warm.used:
-            return None, learning
-        return (warm.resumed() if study_exists(options.storage, study_name) else warm), learning
-    if not (context.get("engine") or {}).get("version") and spec.engine == "sglang":
+    if learning.knowledge and not (context.get("engine") or {}).get("version") and spec.engine == "sglang":
         # Kernel lessons carry only to the same version: ask the server's Python, once there is something to match.
         recorder.asked_version = probe_version(prepared.command, prepared.env)
         context = best_context(recorder.collect(None).to_attr(), stored)
+    # With nothing learnt from, what the model's size says still holds (_warm.weight_lesson).
     warm = warm_start(learning.knowledge, spec.space, context)
+    if not warm.used:
+        return None, learning
     return (warm.resumed() if study_exists(options.storage, study_name) else warm), learning
 
 

@@ -105,23 +105,30 @@ class Prior:
 
     def odds(self, own: Any, finished: Sequence[FrozenTrial]) -> ToldOdds:
         """The study's own run odds (GraphAwareOdds) times what the lessons still say, given its trials so far."""
-        decay = 0.5 ** (len(finished) / HALF_LIFE)
         ran = {name: set(values) for name, values in self.ran.items()}
-        for t in finished:  # what this study ran counts as tried too
-            if _violation(t) <= 0 and t.user_attrs.get("failure_kind") != FailureKind.INVALID_CONFIG:
-                for name, value in t.params.items():
-                    if name in ran:
-                        ran[name].add(value)
-        return ToldOdds(own, self.live(finished), ran, UNTRIED_WEIGHT * decay)
+        for t in _ran_here(finished):  # what this study ran counts as tried too
+            for name, value in t.params.items():
+                if name in ran:
+                    ran[name].add(value)
+        return ToldOdds(own, self.live(finished), ran, UNTRIED_WEIGHT * _decay(finished))
 
     def live(self, finished: Sequence[FrozenTrial]) -> list[tuple[Lesson, float]]:
         """Each lesson no trial of this study has contradicted, with its weight after decay. A trial that ran
         with a lesson's values contradicts it: this study's own measurement wins."""
-        ran = [t for t in finished if _violation(t) <= 0
-               and t.user_attrs.get("failure_kind") != FailureKind.INVALID_CONFIG]
-        decay = 0.5 ** (len(finished) / HALF_LIFE)
-        return [(c.lesson, c.weight * decay) for c in self.lessons
+        ran = _ran_here(finished)
+        return [(c.lesson, c.weight * _decay(finished)) for c in self.lessons
                 if not any(c.lesson.matches(t.params) for t in ran)]
+
+
+def _ran_here(finished: Sequence[FrozenTrial]) -> list[FrozenTrial]:
+    """This study's trials whose server started and answered."""
+    return [t for t in finished if _violation(t) <= 0
+            and t.user_attrs.get("failure_kind") != FailureKind.INVALID_CONFIG]
+
+
+def _decay(finished: Sequence[FrozenTrial]) -> float:
+    """What a carried lesson still weighs after this study's finished trials: half every HALF_LIFE."""
+    return 0.5 ** (len(finished) / HALF_LIFE)
 
 
 class ToldOdds:
@@ -240,7 +247,7 @@ def weight_lesson(space: Space, context: Mapping[str, Any]) -> Lesson | None:
     short = [v for v in space.params[name].grid() if _is_number(v) and heavy / v > HOLDS]
     if not short:
         return None
-    return Lesson({name: {AT_MOST: max(short)}}, FailureKind.OOM, dict(context), blame=MAX_WEIGHT / MEMORY_WEIGHT,
+    return Lesson({name: {AT_MOST: max(short)}}, FailureKind.OOM, dict(context),
                   evidence=f"at {max(short)} the weights take {heavy / max(short):.0%} of each GPU's memory")
 
 
