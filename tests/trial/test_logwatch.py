@@ -154,3 +154,5 @@ def test_a_real_prefill_graph_capture_oom_of_sglang_0517_reads_as_oom(tmp_path):
         pass
     assert watcher.fatal is not None and watcher.fatal.kind is FailureKind.OOM
     assert "CUDA error: out of memory" in watcher.fatal.line
+    # It came after "Capture target prefill CUDA graph begin": a failed capture (`failed_in`), whatever its kind.
+    assert watcher.fatal.capturing
