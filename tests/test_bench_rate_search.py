@@ -6,9 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.solo  # real-time rates (tests/conftest.py)
 def test_quick_mode_prints_the_table() -> None:
     done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "rate_search.py"), "--quick"], cwd=REPO,
                           capture_output=True, text=True, timeout=400)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
+
 from tuner.trial._probe import run_probe
 from tuner.spec._spec import ProbeSpec
 from tuner.engines import get_engine
@@ -26,6 +28,7 @@ def _probe(url: str, **kw):
     return run_probe(url, {}, get_engine("sglang"), spec, alive=lambda: None, goodput_slo=SLO_MS)
 
 
+@pytest.mark.solo  # real-time rates (tests/conftest.py)
 def test_rate_past_capacity_queues_without_bound_and_goodput_falls(start_sim, tmp_path):
     # Real time: rates of tens per second, which the probe sends on time from a shared 2-core machine.
     # At most 32 running: the closed loop of 64 saturates it, so its throughput is the capacity.
