@@ -69,7 +69,7 @@ import _landscapes  # noqa: E402
 import search_efficiency as se  # noqa: E402
 from tuner.search._context import EngineFacts, StudyContext, gpu_facts, model_facts, workload_facts  # noqa: E402
 from tuner.search._knowledge import Knowledge, knowledge_of_trials  # noqa: E402
-from tuner.search._warm import WarmStart, warm_start  # noqa: E402
+from tuner.search._warm import WarmStart, adapt, fit_memory, warm_start  # noqa: E402
 from tuner.sim._profile import load_profile  # noqa: E402
 
 TRAIN_FAMILIES = range(0, 8)  # to choose constants on
@@ -103,6 +103,9 @@ class Family:
     models: tuple[Landscape, ...]
     other_gpu: Landscape | None  # the first model on another host: the `other GPU` row's source (None: none draws)
     broken: str | None  # the backend that NaNs on the next engine version (None: no version pair)
+    # Per target model: the share of its optimum that the next model's optimum reaches on it, carried as `warm
+    # from 1` carries a good configuration (adapt, fit_memory); 0 where it fails or does not fit. Empty: not run.
+    carried: tuple[float, ...] = ()
 
 
 def _write(name: str, profile: dict[str, Any], space: dict[str, Any], version: str) -> Landscape:
@@ -242,6 +245,7 @@ def run_family(family: Family, seeds: Sequence[int], trials: int, targets: int, 
         optima[next_landscape.name] = se.true_optimum(problems[next_landscape.name], starts, quick, not quick)
     if family.other_gpu is not None:
         problems[family.other_gpu.name] = FamilyProblem(family.other_gpu)
+    n = len(family.models)
     pending: list[tuple[str, str, int, list[se.TrialRecord]]] = []  # judged once the optima are final
 
     def start(landscape: Landscape, sources: Sequence[Knowledge]) -> WarmStart:
@@ -263,7 +267,6 @@ def run_family(family: Family, seeds: Sequence[int], trials: int, targets: int, 
             cold.append(study)
             if i < targets:
                 pending.append((m.name, "cold", seed, study.records))
-        n = len(family.models)
         for i, m in enumerate(family.models[:targets]):
             target(m, "warm from 1", seed, [cold[(i + 1) % n].knowledge])
             target(m, "warm from 3", seed, [cold[(i + j) % n].knowledge for j in range(1, min(4, n))])
@@ -278,11 +281,25 @@ def run_family(family: Family, seeds: Sequence[int], trials: int, targets: int, 
         print(f"   family {family.seed} seed {seed}: {time.monotonic() - t0:.0f}s", file=log, flush=True)
     for name in optima:
         optima[name] = se.raise_optimum(problems[name], optima[name], [p[3] for p in pending if p[0] == name])
+    if targets == n:  # every model's optimum is known: what the best one earlier study could find would carry
+        sources = [family.models[(i + 1) % n] for i in range(n)]
+        family = dataclasses.replace(family, carried=tuple(
+            carried_share(problems[m.name], problems[s.name], m, s, optima[m.name].value, optima[s.name].point)
+            for m, s in zip(family.models, sources)))
     runs = []
     for name, row, seed, records in pending:
         f = se.judge(problems[name], records, optima[name].value, trials)
         runs.append(Run(family.seed, name, row, seed, f.restarts_to, f.reached, *early_crashes(records)))
     return family, runs
+
+
+def carried_share(problem: FamilyProblem, source: FamilyProblem, landscape: Landscape, source_landscape: Landscape,
+                  optimum: float, source_optimum: Mapping[str, Any]) -> float:
+    """How close the source model's optimum comes to this model's, carried as warm_start carries a good
+    configuration; 0 where it fails here or no tensor-parallel size holds this model."""
+    params = fit_memory(adapt(source_optimum, problem.space), problem.space,
+                        context(source_landscape, source.spec), context(landscape, problem.spec))
+    return problem.share(problem.point_value(params), optimum) if params is not None else 0.0
 
 
 # -- the report ---------------------------------------------------------------------------------------------------
@@ -318,6 +335,12 @@ def report(families: Sequence[Family], runs: Sequence[Run], trials: int) -> bool
     main = {row: [r for r in runs if r.row == row and "-next" not in r.target] for row in ROWS}
     print(f"{'all':<8} {'':<28} {'':<14} " + " ".join(f"{_cell(main[row], trials):>12}" for row in ROWS) + " "
           + " ".join(f"{_share(main[row]):>10.0%}" for row in ROWS))
+
+    carried = [share for family in families for share in family.carried]
+    if carried:
+        print(f"ceiling of warm from 1: the next model's optimum, carried to each target as warm from 1 carries its "
+              f"best, reaches 98% of the target's optimum on {sum(c >= se.TARGET - 1e-12 for c in carried)} of "
+              f"{len(carried)} targets (median share {statistics.median(carried):.2f}); a search goes on from there")
 
     print("\nnegative transfer: the same target, cold vs warm from a study that should not help")
     print(f"{'row':<14} {'runs':>5} {'cold':>12} {'warm':>12} {'crash cold':>11} {'crash warm':>11}")

@@ -82,8 +82,11 @@ def test_the_file_reads_back_what_was_written(tmp_path, suffix):
     path = tmp_path / f"k{suffix}"
     path.write_text(render(knowledge, suffix.lstrip("."), "python -m tuner knowledge export --out k"))
     back = read_knowledge(path)
-    assert back.source == str(path) and back.good == ()  # a file carries failures only
+    assert back.source == str(path) and back.good == ()  # a file carries failures and what ran, no configurations
     assert back.lessons == knowledge.lessons
+    # What ran, and on what: the GPUs and engine version say where a value that ran there runs (not the model).
+    assert back.ran == knowledge.ran == {"attention-backend": ("trtllm_mla",), "disable-cuda-graph": (False,)}
+    assert back.context == {"engine": SM120["engine"], "gpus": SM120["gpus"]}
     if suffix == ".yaml":
         text = path.read_text()
         assert text.startswith("# What the failures of study 'glm5' showed")
@@ -116,6 +119,21 @@ def test_a_wrong_entry_is_named_with_its_fix(tmp_path, entry, problem):
         read_knowledge(path)
     assert str(raised.value).startswith(f"{path}: {problem}")
     assert "\n" not in str(raised.value)
+
+
+def test_a_schema_1_file_reads_without_what_ran_and_a_wrong_ran_section_is_named_with_its_fix(tmp_path):
+    entry = "- {values: {x: 1}, kind: nan, context: {engine: {name: sglang}}}"
+    old = tmp_path / "old.yaml"
+    old.write_text(f"format: tuner-knowledge\nschema: 1\nentries:\n{entry}\n")
+    back = read_knowledge(old)
+    assert (len(back.lessons), back.ran, back.context) == (1, {}, {})
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(f"format: tuner-knowledge\nschema: 2\nentries:\n{entry}\n"
+                   "ran: {context: {engine: {name: sglang}}, values: {attention-backend: fa3}}\n")
+    with pytest.raises(KnowledgeError) as raised:
+        read_knowledge(bad)
+    assert str(raised.value).startswith(f"{bad}: ran.values.attention-backend must be a list of backend names or "
+                                        "true/false; write ran: {context:")
 
 
 def test_a_study_passes_on_its_best_configuration_of_each_backend_before_a_second_of_one():

@@ -51,7 +51,10 @@ def test_a_second_glm5_study_skips_the_backends_another_model_on_the_same_gpu_fo
     export = tuner.run("knowledge", "export", "--study", "dsv32", "--out", "dsv32.yaml")
     assert export.returncode == 0, export.stderr
     document = yaml.safe_load((tuner.folder / "dsv32.yaml").read_text())
-    assert (document["format"], document["schema"]) == ("tuner-knowledge", 1)
+    assert (document["format"], document["schema"]) == ("tuner-knowledge", 2)
+    # What ran and passed the gate on these GPUs and this engine version: not the backends that failed it.
+    assert document["ran"]["values"]["attention-backend"] == ["trtllm_mla"]
+    assert document["ran"]["context"]["engine"]["version"] == "0.5.6" and "model" not in document["ran"]["context"]
     entries = {(e["values"].get("attention-backend"), e["kind"]): e for e in document["entries"]}
     nan = entries["nsa", "nan"]
     assert nan["reads"] == "`attention-backend: nsa` gives NaN on SM120 with SGLang 0.5.6"
@@ -137,7 +140,7 @@ BAD_SOURCES = {
     "broken.json": "knowledge file broken.json is not JSON; pass a file 'python -m tuner knowledge export' wrote",
     "space.yaml": ("space.yaml is not a tuner knowledge file (no 'format: tuner-knowledge'); pass a file 'python -m "
                    "tuner knowledge export' wrote"),
-    "newer.yaml": ("newer.yaml: schema 2 is not one this tuner reads (1); export it again with this tuner's "
+    "newer.yaml": ("newer.yaml: schema 3 is not one this tuner reads (1, 2); export it again with this tuner's "
                    "'knowledge export'"),
     "kind.yaml": ("kind.yaml: entries[0].kind: 'nann' is not a failure kind; use one of crash_on_start, "
                   "crash_under_load, garbage, graph_capture_failed, hang, inconsistent_logprobs, nan, oom, wrong_answer"),
@@ -150,7 +153,7 @@ def test_a_source_that_cannot_be_learnt_from_is_one_line_and_nothing_is_written(
     space = tuner.space(instant_space("bad-source"))
     tuner.space("x: [\n", "broken.yaml")
     tuner.space("{\"format\": ", "broken.json")
-    tuner.space(KNOWN.replace("{kind}", "nan").replace("schema: 1", "schema: 2"), "newer.yaml")
+    tuner.space(KNOWN.replace("{kind}", "nan").replace("schema: 1", "schema: 3"), "newer.yaml")
     tuner.space(KNOWN.replace("{kind}", "nann"), "kind.yaml")
     tuner.space(KNOWN.replace("{kind}", "slo_violation"), "slo.yaml")
     done = tuner.run("run", "--trials", "1", "--space", str(space), "--simulate", "instant", "--learn-from",

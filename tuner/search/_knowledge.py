@@ -7,8 +7,10 @@ Each keeps the failure kind, the study's context (tuner/search/_context.py), the
 trials) and the first one's message. A failure that blames nothing in particular (every value in it ran
 elsewhere) teaches nothing to carry, and is left out.
 
-`knowledge export` writes the lessons as a file (YAML or JSON, `schema: 1`); `run --learn-from FILE` reads it
-back; `run --learn-from STUDY` derives them from the study itself (tuner/search/_learn.py).
+`knowledge export` writes the lessons as a file (YAML or JSON, `schema: 2`), with what ran: the values of each
+choice flag (a backend, a switch) that ran and passed the gate, and on what engine and GPUs (schema 1 files, without it,
+still read). `run --learn-from FILE` reads it back; `run --learn-from STUDY` derives the same from the study itself
+(tuner/search/_learn.py).
 """
 
 from __future__ import annotations
@@ -35,7 +37,9 @@ from ._context import ATTR as CONTEXT_ATTR, ENGINE_NAMES
 from ._study import load_study
 from ._tpe import AT, UP, Blame, Shown, _captures_graphs, _violation
 
-SCHEMA = 1
+SCHEMA = 2
+READS = (1, 2)  # schema 1: no `ran` section
+RAN_CONTEXT = ("engine", "gpus")  # what ran, ran on these: a kernel that ran there runs on the same GPUs and version
 FORMAT = "tuner-knowledge"
 AT_LEAST, AT_MOST = "at-least", "at-most"
 GOOD_PER_STUDY = 3  # the best distinct configurations a study passes on
@@ -125,7 +129,8 @@ class Knowledge:
     source: str  # as a person named it: "study 'x'", "study 'x' in sqlite:///other.db", "knowledge.yaml"
     lessons: tuple[Lesson, ...] = ()
     good: tuple[GoodConfig, ...] = ()
-    context: Mapping[str, Any] = field(default_factory=dict)  # a study's own; {} for a file (each lesson has one)
+    # A study's own; for a file, what its `ran` section ran on (each lesson has its own context).
+    context: Mapping[str, Any] = field(default_factory=dict)
     ran: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)  # each choice flag: the values that ran
 
 
@@ -235,7 +240,7 @@ def _evidence(t: FrozenTrial) -> str:
 
 
 def _ran(finished: Sequence[FrozenTrial]) -> dict[str, tuple[Any, ...]]:
-    """The values of each choice flag (a backend, a switch) that started and answered in some trial."""
+    """The values of each choice flag (a backend, a switch) that ran and passed the gate in some trial."""
     ran: dict[str, list[Any]] = {}
     for t in finished:
         if _violation(t) <= 0:
@@ -278,13 +283,18 @@ def _shape(t: FrozenTrial) -> str:
 def render(knowledge: Knowledge, fmt: str, command: str) -> str:
     """The knowledge file's text: YAML (with a comment that says what it is) or JSON."""
     made = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    document = {"format": FORMAT, "schema": SCHEMA, "made": {"date": made, "command": command},
-                "entries": [lesson.to_entry() for lesson in knowledge.lessons]}
+    document: dict[str, Any] = {"format": FORMAT, "schema": SCHEMA, "made": {"date": made, "command": command},
+                                "entries": [lesson.to_entry() for lesson in knowledge.lessons]}
+    if knowledge.ran:
+        document["ran"] = {"context": {k: knowledge.context[k] for k in RAN_CONTEXT if k in knowledge.context},
+                           "values": {name: list(values) for name, values in knowledge.ran.items()}}
     if fmt == "json":
         return json.dumps(document, indent=2) + "\n"
     head = (f"# What the failures of {knowledge.source} showed, for `python -m tuner run --learn-from FILE`.\n"
             "# Each entry: the values, how they failed, on what (context), in how many trials (count; blame: how\n"
-            "# many failures' worth, values that only ever failed together sharing them), the first message.\n")
+            "# many failures' worth, values that only ever failed together sharing them), the first message.\n"
+            "# ran: the backends and switches that ran and passed the gate, and on what; a later study on the same GPUs\n"
+            "# and engine version counts a value none of its sources ran as a little likelier to fail.\n")
     return head + yaml.dump(document, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=200,
                             default_flow_style=None)
 
@@ -339,14 +349,35 @@ def read_knowledge(path: str | Path) -> Knowledge:
     if not isinstance(document, Mapping) or document.get("format") != FORMAT:
         raise KnowledgeError(f"{path} is not a tuner knowledge file (no 'format: {FORMAT}')",
                              "pass a file 'python -m tuner knowledge export' wrote")
-    if document.get("schema") != SCHEMA:
-        raise KnowledgeError(f"{path}: schema {document.get('schema')!r} is not one this tuner reads ({SCHEMA})",
-                             "export it again with this tuner's 'knowledge export'")
+    if document.get("schema") not in READS:
+        raise KnowledgeError(f"{path}: schema {document.get('schema')!r} is not one this tuner reads "
+                             f"({', '.join(map(str, READS))})", "export it again with this tuner's 'knowledge export'")
     entries = document.get("entries")
     if not isinstance(entries, list):
         raise KnowledgeError(f"{path}: 'entries' must be a list", "list the entries under 'entries:'")
     lessons = tuple(_lesson(entry, f"{path}: entries[{i}]") for i, entry in enumerate(entries))
-    return Knowledge(str(path), lessons)
+    context, ran = _ran_section(document.get("ran"), f"{path}: ran")
+    return Knowledge(str(path), lessons, context=context, ran=ran)
+
+
+def _ran_section(section: Any, where: str) -> tuple[dict[str, Any], dict[str, tuple[Any, ...]]]:
+    """The `ran` section's context and values ({} and {} where the file has none)."""
+    if section is None:
+        return {}, {}
+    fix = "write ran: {context: {engine: {...}, gpus: {...}}, values: {attention-backend: [fa3, triton]}}, or drop it"
+    if not isinstance(section, Mapping):
+        raise KnowledgeError(f"{where} must be a mapping of context and values", fix)
+    context, values = section.get("context"), section.get("values")
+    if not isinstance(context, Mapping) or not isinstance(context.get("engine"), Mapping):
+        raise KnowledgeError(f"{where}.context must name the engine and GPUs the values ran on", fix)
+    if not isinstance(values, Mapping):
+        raise KnowledgeError(f"{where}.values must map each flag to the values that ran", fix)
+    ran: dict[str, tuple[Any, ...]] = {}
+    for name, listed in values.items():
+        if not isinstance(listed, list) or not all(isinstance(v, (str, bool)) for v in listed):
+            raise KnowledgeError(f"{where}.values.{name} must be a list of backend names or true/false", fix)
+        ran[str(name)] = tuple(listed)
+    return {k: context[k] for k in RAN_CONTEXT if isinstance(context.get(k), Mapping)}, ran
 
 
 def _lesson(entry: Any, where: str) -> Lesson:
