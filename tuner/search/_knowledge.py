@@ -8,9 +8,9 @@ trials) and the first one's message. A failure that blames nothing in particular
 elsewhere) teaches nothing to carry, and is left out.
 
 `knowledge export` writes the lessons as a file (YAML or JSON, `schema: 2`), with what ran: the values of each
-choice flag (a backend, a switch) that ran and passed the gate, and on what engine and GPUs (schema 1 files, without it,
-still read). `run --learn-from FILE` reads it back; `run --learn-from STUDY` derives the same from the study itself
-(tuner/search/_learn.py).
+choice flag (a backend, a switch) that ran and passed the gate, and on what engine and GPUs (schema 1 files,
+without it, still read). `run --learn-from FILE` reads it back; `run --learn-from STUDY` derives the same from the
+study itself (tuner/search/_learn.py).
 """
 
 from __future__ import annotations
@@ -293,8 +293,8 @@ def render(knowledge: Knowledge, fmt: str, command: str) -> str:
     head = (f"# What the failures of {knowledge.source} showed, for `python -m tuner run --learn-from FILE`.\n"
             "# Each entry: the values, how they failed, on what (context), in how many trials (count; blame: how\n"
             "# many failures' worth, values that only ever failed together sharing them), the first message.\n"
-            "# ran: the backends and switches that ran and passed the gate, and on what; a later study on the same GPUs\n"
-            "# and engine version counts a value none of its sources ran as a little likelier to fail.\n")
+            "# ran: the backends and switches that ran and passed the gate, and on what; a later study on the\n"
+            "# same GPUs and engine version counts a value none of its sources ran as a little likelier to fail.\n")
     return head + yaml.dump(document, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=200,
                             default_flow_style=None)
 
