@@ -14,6 +14,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from itertools import combinations
@@ -328,15 +329,45 @@ def test_study_lock_leaves_sqlites_own_locks_alone(tmp_path):
     assert seen == "['after', 'before']", f"another process sees only {seen}: a commit was lost"
 
 
+CTL = REPO / "scripts" / "ci_postgres.sh"
+
+
+def _our_cluster(pg_url: str) -> None:
+    """The outage tests stop and start the server: it must be scripts/ci_postgres.sh's."""
+    from sqlalchemy.engine import make_url
+
+    ours = subprocess.run([str(CTL), "url"], capture_output=True, text=True)
+    if ours.returncode != 0 or make_url(ours.stdout.strip()).port != make_url(pg_url).port:
+        pytest.fail(f"{PG_ENV} must be the cluster of scripts/ci_postgres.sh: this test stops and starts it")
+
+
+def test_the_study_lock_outlives_a_postgres_restart(pg_url, caplog):
+    """CI caught a worker ended by the server's restart while it held the study lock: releasing the lock on the
+    dropped connection raised. The server ends that session and its lock with it; the release says so in the
+    log, and taking the lock while the server is away waits for it as every storage call does."""
+    _our_cluster(pg_url)
+    study = optuna.create_study(study_name="lock", storage=open_storage(pg_url))
+    try:
+        with study_lock(study):
+            subprocess.run([str(CTL), "pause"], check=True, timeout=60)
+            subprocess.run([str(CTL), "resume"], check=True, timeout=60)
+        subprocess.run([str(CTL), "pause"], check=True, timeout=60)
+        back = threading.Timer(2.0, lambda: subprocess.run([str(CTL), "resume"], check=True, timeout=60))
+        back.start()
+        with study_lock(study):
+            study.set_user_attr("decided", True)
+        back.join()
+    finally:
+        subprocess.run([str(CTL), "resume"], check=True, timeout=60)
+    assert load(pg_url, "lock").user_attrs == {"decided": True}
+    assert "the study lock's connection dropped" in caplog.text
+
+
 def test_postgres_stopped_for_seconds_mid_run_loses_no_trial(tuner, procs, pg_url):
     """Stop the PostgreSQL server for 3 s while two workers run, then start it again: storage calls are
     retried (pool_pre_ping replaces the dropped connections), the workers finish, nothing is lost."""
-    ctl = REPO / "scripts" / "ci_postgres.sh"
-    ours = subprocess.run([str(ctl), "url"], capture_output=True, text=True)
-    from sqlalchemy.engine import make_url
-
-    if ours.returncode != 0 or make_url(ours.stdout.strip()).port != make_url(pg_url).port:
-        pytest.fail(f"{PG_ENV} must be the cluster of scripts/ci_postgres.sh: this test stops and starts it")
+    _our_cluster(pg_url)
+    ctl = CTL
     space = tuner.space(FEW_POINTS.replace("step: 0.25", "step: 0.01"))
     env = {"TUNER_HEARTBEAT_INTERVAL": "1", "TUNER_GRACE_PERIOD": "15", "TUNER_SIM_FAULTS": "response_delay=0.05"}
     args = ("run", "--trials", "6", "--space", str(space), "--simulate", "instant", "--storage", pg_url,

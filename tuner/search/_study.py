@@ -240,13 +240,30 @@ def study_lock(study: optuna.Study) -> Iterator[None]:
     engine = getattr(backend, "engine", None)
     if engine is not None and engine.name == "postgresql":
         key = zlib.crc32(f"tuner:{study.study_name}".encode())
-        with engine.connect() as connection:
-            connection.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": key})
+        for attempt in retrying("taking the study lock"):  # the server may be away for a moment, as for any call
+            with attempt:
+                connection = engine.connect()
+                try:
+                    connection.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": key})
+                except BaseException:
+                    connection.close()
+                    raise
+        try:
+            yield
+        finally:
             try:
-                yield
-            finally:
                 connection.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:key)"), {"key": key})
                 connection.commit()
+            except sqlalchemy.exc.SQLAlchemyError as exc:
+                if not transient(exc):
+                    raise
+                # The connection dropped (the server restarted, the network cut it): the server ended the
+                # session and its advisory lock with it. Nothing is left to release; at worst another worker
+                # decided at the same time, and one configuration ran twice.
+                log.warning("tuner: the study lock's connection dropped (%s); the server released the lock",
+                            _reason(exc))
+            finally:
+                connection.close()
     elif engine is not None and engine.name == "sqlite" and engine.url.database not in (None, "", ":memory:"):
         # Never open the database file itself: closing any descriptor of it drops every POSIX lock SQLite
         # holds on it in this process, and then another worker's connection, believing itself the last,
