@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import signal
@@ -105,39 +104,6 @@ class Tuner:
         """For each server the tuner recorded (by group id), what of it still runs: members of its process
         group or session, processes carrying its environment marker, anything listening on its port."""
         return {record["pgid"]: pids for record in self.server_records() if (pids := remains_of(record))}
-
-
-SOLO_WAIT = 600  # seconds a solo test may wait for the other worker's test (the longest, a real engine's study)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A solo test's timeout (pytest-timeout counts its fixtures, the wait included) grows by SOLO_WAIT."""
-    for item in items:
-        if item.get_closest_marker("solo") is not None:
-            own = item.get_closest_marker("timeout")
-            base = own.args[0] if own is not None and own.args else item.config.getini("timeout")
-            item.add_marker(pytest.mark.timeout(float(base) + SOLO_WAIT), append=False)
-
-
-@pytest.fixture(autouse=True)
-def _alone_when_timed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
-    """Under pytest-xdist (the README's `-n 2`), a test marked `solo` runs while no other test does: it sends at
-    real-time rates or reads an engine's live gauges, which a second test's load on a 2-core machine disturbs.
-    Every other test holds a shared lock, a solo test the exclusive one; a turnstile lets a waiting solo test in
-    before the next shared holder (flock alone could starve it)."""
-    if "PYTEST_XDIST_WORKER" not in os.environ:
-        yield
-        return
-    folder = tmp_path_factory.getbasetemp().parent  # one folder for every worker of this run
-    solo = request.node.get_closest_marker("solo") is not None
-    with open(folder / "solo.turnstile", "a") as turnstile, open(folder / "solo.lock", "a") as lock:
-        fcntl.flock(turnstile, fcntl.LOCK_EX)
-        fcntl.flock(lock, fcntl.LOCK_EX if solo else fcntl.LOCK_SH)
-        fcntl.flock(turnstile, fcntl.LOCK_UN)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.solo  # real-time rates (tests/conftest.py)
+@pytest.mark.solo  # real-time rates: run alone (README test command)
 def test_quick_mode_prints_the_table() -> None:
     done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "rate_search.py"), "--quick"], cwd=REPO,
                           capture_output=True, text=True, timeout=400)

@@ -69,7 +69,7 @@ def test_real_vllm_study(tuner):
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.solo  # real-time rates (tests/conftest.py)
+@pytest.mark.solo  # real-time rates: run alone (README test command)
 def test_real_vllm_max_rate_under_slo(tuner):
     """The rate objective on the real engine: one trial, a short search on a live vLLM server."""
     space = yaml.safe_load((REPO / "search_spaces" / "vllm-cpu-tiny.yaml").read_text())
@@ -94,7 +94,7 @@ def test_real_vllm_max_rate_under_slo(tuner):
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.solo  # live gauges (tests/conftest.py)
+@pytest.mark.solo  # live gauges: run alone (README test command)
 def test_the_batch_limit_caps_the_running_requests(tmp_path):
     """What the sampler's BatchLimit assumes of vLLM: a server started with max-num-seqs M, under C > M
     concurrent requests, runs M of them at once and queues the rest (vLLM's own /metrics say so)."""

@@ -28,7 +28,7 @@ def _probe(url: str, **kw):
     return run_probe(url, {}, get_engine("sglang"), spec, alive=lambda: None, goodput_slo=SLO_MS)
 
 
-@pytest.mark.solo  # real-time rates (tests/conftest.py)
+@pytest.mark.solo  # real-time rates: run alone (README test command)
 def test_rate_past_capacity_queues_without_bound_and_goodput_falls(start_sim, tmp_path):
     # Real time: rates of tens per second, which the probe sends on time from a shared 2-core machine.
     # At most 32 running: the closed loop of 64 saturates it, so its throughput is the capacity.

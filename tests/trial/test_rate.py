@@ -85,7 +85,7 @@ def _probe(url: str, spec: ProbeSpec, **kw):
     return run_probe(url, {}, get_engine("sglang"), spec, alive=lambda: None, **kw)
 
 
-@pytest.mark.solo  # real-time rates (tests/conftest.py)
+@pytest.mark.solo  # real-time rates: run alone (README test command)
 def test_open_loop_level_times_from_the_scheduled_send(start_sim):
     """A cap of one request in flight at a rate the delayed server cannot keep: the client sends on time
     (small lateness), but later requests wait for the cap, and that wait is in their TTFT."""
@@ -121,7 +121,7 @@ RATE_OBJECTIVE = """objective:
 """
 
 
-@pytest.mark.solo  # real-time rates (tests/conftest.py)
+@pytest.mark.solo  # real-time rates: run alone (README test command)
 def test_slo_met_at_no_rate_is_infeasible_with_the_closest_attainment(tuner):
     space = tuner.space(instant_space("rate", concurrency=4, requests=8, probe_timeout=5)
                         + RATE_OBJECTIVE.format(slo="{ttft: 100}"))
@@ -136,7 +136,7 @@ def test_slo_met_at_no_rate_is_infeasible_with_the_closest_attainment(tuner):
     assert tuner.leftovers() == {}
 
 
-@pytest.mark.solo  # real-time rates (tests/conftest.py)
+@pytest.mark.solo  # real-time rates: run alone (README test command)
 def test_max_rate_under_slo_end_to_end_on_the_8b_profile(tuner):
     """The simulated 8B server has a finite capacity: the search brackets it, every tested rate is kept,
     the pruner heard each, the note shows them; the report draws the curves, export states the SLO and the
