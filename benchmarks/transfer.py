@@ -37,6 +37,9 @@ Targets (issue 36), judged on the medians over every (family, target model, seed
 - negative transfer no worse than cold on the same targets by more than 10%, each kind (other GPU, other
   version) judged on its own.
 
+It also prints the ceiling of `warm from 1` (`carried_share`): on how many targets the next model's optimum itself,
+carried as a study's best is carried, reaches 98% of the target's optimum; a search goes on from there.
+
 `--quick` (the first training family, its first model as the only target, one seed, 12 trials, a cheaper optimum)
 is the smoke run tests/test_bench_transfer.py parses.
 """
