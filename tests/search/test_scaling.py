@@ -367,7 +367,6 @@ def test_postgres_stopped_for_seconds_mid_run_loses_no_trial(tuner, procs, pg_ur
     """Stop the PostgreSQL server for 3 s while two workers run, then start it again: storage calls are
     retried (pool_pre_ping replaces the dropped connections), the workers finish, nothing is lost."""
     _our_cluster(pg_url)
-    ctl = CTL
     space = tuner.space(FEW_POINTS.replace("step: 0.25", "step: 0.01"))
     env = {"TUNER_HEARTBEAT_INTERVAL": "1", "TUNER_GRACE_PERIOD": "15", "TUNER_SIM_FAULTS": "response_delay=0.05"}
     args = ("run", "--trials", "6", "--space", str(space), "--simulate", "instant", "--storage", pg_url,
@@ -376,10 +375,10 @@ def test_postgres_stopped_for_seconds_mid_run_loses_no_trial(tuner, procs, pg_ur
 
     wait_for(lambda: count_finished(pg_url, "outage") >= 1, 90, "a first finished trial", poll=0.2)
     try:
-        subprocess.run([str(ctl), "pause"], check=True, timeout=60)
+        subprocess.run([str(CTL), "pause"], check=True, timeout=60)
         time.sleep(3.0)
     finally:
-        subprocess.run([str(ctl), "resume"], check=True, timeout=60)
+        subprocess.run([str(CTL), "resume"], check=True, timeout=60)
     outs = [finish(p) for p in workers]
     for code, out in outs:
         assert code == 0, out[-3000:]

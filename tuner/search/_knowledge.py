@@ -369,7 +369,7 @@ def _ran_section(section: Any, where: str) -> tuple[dict[str, Any], dict[str, tu
         raise KnowledgeError(f"{where} must be a mapping of context and values", fix)
     context, values = section.get("context"), section.get("values")
     if not isinstance(context, Mapping) or not isinstance(context.get("engine"), Mapping):
-        raise KnowledgeError(f"{where}.context must name the engine and GPUs the values ran on", fix)
+        raise KnowledgeError(f"{where}.context must name the engine the values ran on (and the GPUs)", fix)
     if not isinstance(values, Mapping):
         raise KnowledgeError(f"{where}.values must map each flag to the values that ran", fix)
     ran: dict[str, tuple[Any, ...]] = {}

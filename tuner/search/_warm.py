@@ -121,7 +121,7 @@ class Prior:
 
 
 def _ran_here(finished: Sequence[FrozenTrial]) -> list[FrozenTrial]:
-    """This study's trials whose server started and answered."""
+    """This study's trials that ran and passed the gate (an invalid configuration never ran)."""
     return [t for t in finished if _violation(t) <= 0
             and t.user_attrs.get("failure_kind") != FailureKind.INVALID_CONFIG]
 
