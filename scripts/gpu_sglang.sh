@@ -31,6 +31,8 @@
 #   6. brings back under $OUT: trials.db (an SQLite backup, taken while the study runs), gpu_sglang.log,
 #      study.log, runs.tar.gz (per-trial server logs), jit.tar.xz (where it fits), results.txt.
 # Other settings: GPU_SPACE (default search_spaces/sglang-0.5.17-h100-llama3-8b.yaml), GPU_TRIALS (24),
+# GPU_CONFIRM (arguments of a `tuner confirm` that follows the study, e.g. "--top 3 --repeats 3"),
+# GPU_STUDY_DB (prepare: the trials.db the study continues, or none),
 # GPU_MODE=bench (bench_serving against the probe on the winner's server: see bench_there below).
 set -euo pipefail
 
@@ -115,9 +117,13 @@ prepare() {
     git -C "$repo" rev-parse HEAD >"$carry/TUNER_COMMIT"
     [ -z "$(git -C "$repo" status --porcelain -- tuner pyproject.toml scripts search_spaces)" ] \
         || say "note: uncommitted changes here; the tuner wheel holds HEAD $(cut -c1-12 "$carry/TUNER_COMMIT") without them (scripts/ and search_spaces/ travel as they are)"
-    # The study goes on from where the last session left it (docs/gpu-sglang-0517/trials.db, committed).
-    if [ ! -f "$carry/state/trials.db" ] && [ -f "$repo/docs/gpu-sglang-0517/trials.db" ]; then
-        cp "$repo/docs/gpu-sglang-0517/trials.db" "$carry/state/trials.db" && say "state: trials.db from docs/gpu-sglang-0517"
+    # The study goes on from where the last session left it: GPU_STUDY_DB, a committed trials.db (default
+    # docs/gpu-sglang-0517/trials.db), or none for a new study in a file of its own.
+    local db="${GPU_STUDY_DB:-docs/gpu-sglang-0517/trials.db}"
+    if [ "$db" = none ]; then
+        rm -f "$carry/state/trials.db" && say "state: no trials.db (a new study)"
+    elif [ ! -f "$carry/state/trials.db" ] && [ -f "$repo/$db" ]; then
+        cp "$repo/$db" "$carry/state/trials.db" && say "state: trials.db from $db"
     fi
     check_size
     echo "run(command=\"bash scripts/gpu_sglang.sh run\", carry=[\"$carry_rel\"], timeout_s=600)"
@@ -243,8 +249,12 @@ PY
     # 4. The study, in its own session so that it outlives this call while the machine is held.
     if [ -z "$running" ]; then
         timeout -k 10 180 python3 -m tuner check --space "$space" --model "$model" || die "check failed (above)"
-        setsid nohup python3 -m tuner run --trials "$trials" --space "$space" --model "$model" --gpus 0 --seed 0 \
-            --storage "sqlite:///$work/trials.db" --workdir "$work/runs" --continue >>"$work/study.log" 2>&1 </dev/null &
+        # With GPU_CONFIRM (e.g. "--top 3 --repeats 3"), `tuner confirm` follows the study in the same session.
+        local storage="sqlite:///$work/trials.db"
+        STORAGE="$storage" WORKDIR="$work/runs" GPU_CONFIRM="${GPU_CONFIRM:-}" setsid nohup bash -c 'python3 -m tuner run "$@" && { [ -z "$GPU_CONFIRM" ] || python3 -m tuner confirm \
+            --storage "$STORAGE" --workdir "$WORKDIR" $GPU_CONFIRM; }' study --trials "$trials" --space "$space" \
+            --model "$model" --gpus 0 --seed 0 --storage "$storage" --workdir "$work/runs" --continue \
+            >>"$work/study.log" 2>&1 </dev/null &
         echo $! >"$pidfile"
         say "study started (pid $(cat "$pidfile")) at $(( SECONDS - t0 )) s"
     else
