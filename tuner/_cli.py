@@ -87,6 +87,8 @@ def _parser() -> argparse.ArgumentParser:
                          "re-measure (default: %(default)s)")
     confirm.add_argument("--repeats", type=int, default=3, help="fresh servers per configuration "
                          "(default: %(default)s)")
+    confirm.add_argument("--trials", type=_numbers, default=(), metavar="N,M",
+                         help="re-measure these trials instead of the top ones, e.g. the winner and the baseline: 6,0")
     confirm.add_argument("--workdir", default="runs", help="where their server logs go (default: %(default)s)")
 
     dashboard = sub.add_parser("dashboard", help="start optuna-dashboard on the storage, with the server logs")
@@ -123,6 +125,14 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("--wide", action="store_true", help="a column for every parameter, instead of the ones "
                       "in which each trial differs from the winner")
     return parser
+
+
+def _numbers(text: str) -> tuple[int, ...]:
+    """`6,0` -> (6, 0): trial numbers."""
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of trial numbers; pass e.g. 6,0") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -200,7 +210,7 @@ def _read(args: argparse.Namespace, target: Target) -> int:
     if args.command == "confirm":
         from .results import confirm
 
-        confirm(target.storage, target.study, args.top, args.repeats, args.workdir)
+        confirm(target.storage, target.study, args.top, args.repeats, args.workdir, trials=args.trials)
         return 0
     from .results import serve
 

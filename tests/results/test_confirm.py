@@ -212,3 +212,25 @@ def test_confirm_reports_two_near_identical_configurations_as_a_tie_on_every_scr
     again = tuner.run(*run, "--trials", "2", env=REAL_TIME)  # the run's last screen: its study named
     assert again.returncode == 0, again.stderr
     assert tie in again.stderr and f"    {command}\n" in again.stderr
+
+
+def test_confirm_trials_re_measures_the_named_trials_and_refuses_one_that_cannot_be(tuner):
+    """`--trials 2,0`: the winner against the baseline, say, whatever the ranking; a trial that failed or does not
+    exist is refused in one line that lists those that can be confirmed, and nothing is written."""
+    profile = tuner.folder / "lucky.yaml"
+    _profile(profile, triton_speed=0.6)
+    space = tuner.space(LUCKY_SPACE + "try-first: [{attention-backend: flashinfer}, {attention-backend: triton}]\n")
+    done = tuner.run("run", "--space", str(space), "--simulate", str(profile), "--trials", "3", env=REAL_TIME)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    refused = tuner.run("confirm", "--trials", "2,7", "--repeats", "1", env=REAL_TIME)
+    assert refused.returncode != 0
+    assert "trial(s) 7 cannot be confirmed" in refused.stderr and "choose among: " in refused.stderr
+    assert "confirmations" not in tuner.study("lucky").user_attrs
+    assert tuner.run("confirm", "--trials", "two", env=REAL_TIME).returncode == 2
+
+    done = tuner.run("confirm", "--trials", "2,0", "--repeats", "1", env=REAL_TIME)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "confirm: trials 2, 0 on 1 fresh server(s) each, 2 in all" in done.stderr
+    assert set(tuner.study("lucky").user_attrs["confirmations"]) == {"0", "2"}
+    assert tuner.leftovers() == {}

@@ -14,6 +14,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Sequence
 from typing import TextIO
 
 import optuna
@@ -51,7 +52,8 @@ class Confirmation:
 
 
 def confirm(storage: str, study_name: str | None, top: int, repeats: int, workdir: str = "runs",
-            stream=sys.stderr) -> list[Confirmation]:
+            stream=sys.stderr, trials: Sequence[int] = ()) -> list[Confirmation]:
+    """Re-measure the `top` best distinct configurations, or the eligible trials numbered `trials`."""
     if top < 1 or repeats < 1:
         raise UsageError("--top and --repeats must be at least 1", "pass e.g. --top 3 --repeats 3")
     study = load_study(storage, study_name)
@@ -62,7 +64,15 @@ def confirm(storage: str, study_name: str | None, top: int, repeats: int, workdi
         raise NoEligibleTrialError(f"study {study.study_name!r} has no trial that passed every gate",
                                    "run more trials first")
     maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
-    candidates = distinct_ranked(study)[:top]
+    if trials:
+        by_number = {t.number: t for t in candidates}
+        if missing := [n for n in trials if n not in by_number]:
+            raise NoEligibleTrialError(
+                f"trial(s) {', '.join(map(str, missing))} cannot be confirmed (not COMPLETE, or failed a gate or SLO)",
+                f"choose among: {', '.join(str(t.number) for t in distinct_ranked(study)[:20])}")
+        candidates = [by_number[n] for n in dict.fromkeys(trials)]
+    else:
+        candidates = distinct_ranked(study)[:top]
     spec = parse_spec(study.user_attrs["space_source"], "<stored space>")
     command = tuple(study.user_attrs.get("server_command") or get_engine(spec.engine).default_command)
     env = {**os.environ, **spec.server.env}
