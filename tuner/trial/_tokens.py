@@ -35,13 +35,10 @@ class PromptTokens:
 
         The cut is checked by encoding it again: a word cut in two may split differently on its own. The
         nearest cut that counts `n` is taken, else the closest."""
-        added = self.count("", special)
         enc = self.tokenizer.encode(text, add_special_tokens=False)
-        want = n - added
+        want = max(1, n - self.count("", special))  # never an empty prompt, even where BOS alone is `n`
         if len(enc.ids) < want:
             return None
-        if want <= 0:
-            return ""
         best: tuple[int, str] | None = None
         for step in range(_TRIES):
             for m in dict.fromkeys((want - step, want + step)):
