@@ -25,7 +25,7 @@ from .search import (ContextRecorder, GpuProbe, Interrupted, Learning, MemoryBas
                      heartbeat_settings, learn_line, load_or_create, open_storage, parse_gpu_list, record_learning,
                      stored_context, study_exists, warm_start)
 from .spec import Spec, load_spec
-from .trial import TrialContext, end_orphans
+from .trial import LENGTHS_ATTR, TrialContext, end_orphans, lengths_attr, model_tokens, words_note
 from .versions import (AUTO, DEFAULT_PROFILE, SIM_SPEED, CheckReport, ServerVersion, add_verdict, check_flags,
                        choose_profile, parse_help, probe_version, raise_on_errors, server_help)
 
@@ -188,6 +188,10 @@ def run(options: RunOptions, stream=sys.stderr) -> optuna.Study:
     study.set_user_attr("server_takes_config", prepared.takes_config)
     study.set_user_attr("deprecated_flags", sorted(prepared.deprecated))  # export spells them as --config takes them
     study.set_user_attr("server_env", redact_env(spec.server.env))  # what an exported launch needs too
+    tokens, why = model_tokens(spec)  # once per run: every trial is sent the same prompts
+    if tokens is None and not spec.probe.dataset:  # a dataset's prompts are given text: nothing to count
+        progress.say(words_note(why))
+    study.set_user_attr(LENGTHS_ATTR, lengths_attr(tokens, why))
     artifacts = Path(options.workdir) / "artifacts"  # one store for every study, as the dashboard reads one
     artifacts.mkdir(parents=True, exist_ok=True)
     from optuna.artifacts import FileSystemArtifactStore
@@ -196,7 +200,7 @@ def run(options: RunOptions, stream=sys.stderr) -> optuna.Study:
     pool, n_jobs, baseline = _slots(options, spec, engine, progress, gpu_probe)
     ctx = TrialContext(spec, engine, prepared.command, api_key, prepared.env, on_stage=progress.stage,
                        gpus_settled=baseline.settled if baseline else None,
-                       gpu_holders=baseline.new_processes if baseline else None)
+                       gpu_holders=baseline.new_processes if baseline else None, tokens=tokens)
     redactor = Redactor(prepared.env, [api_key] if api_key else [])
     # The study's context (engine version, GPUs, model, workload), for later studies to match: tuner/search/_context.py.
     context = ContextRecorder(spec, prepared.profile, gpu_probe, pool.gpu_ids if pool else None,

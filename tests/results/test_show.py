@@ -116,3 +116,31 @@ def test_run_summary_names_the_gain_over_the_baseline_and_next_steps(study):
     assert [s.split()[:4] for s in steps] == [
         ["python", "-m", "tuner", "confirm"], ["python", "-m", "tuner", "export"], ["python", "-m", "tuner", "report"],
         ["optuna-dashboard", "sqlite:///trials.db", "--artifact-dir", "runs/artifacts"]]
+
+
+def test_show_prints_the_workload_as_the_server_counted_it(study):
+    """No tokenizer.json in /models/instant: lengths are words, as the run's first screen said."""
+    assert ("probe lengths are words, not tokens: no tokenizer.json in /models/instant; each trial records the "
+            "prompt tokens the server counted") in study.progress.splitlines()
+    out = study.run("show", env={"COLUMNS": "300"}).stdout
+    line, = [line for line in out.splitlines() if line.startswith("workload as sent")]
+    best = int(re.search(r"winner: trial (\d+)", out).group(1))
+    a = study.study("cause").trials[best].user_attrs
+    assert line == (f"workload as sent (trial {best}, concurrency 40): 80 requests, prompt {a['prompt_tokens_min']:.0f}-"
+                    f"{a['prompt_tokens_max']:.0f} tokens (mean {a['prompt_tokens_mean']:.1f}, server-counted), output "
+                    f"24 tokens; probe.input-len counts words (no tokenizer.json in /models/instant)")
+    assert a["prompt_tokens_min"] > 16  # 16 words: more tokens than words, by the simulator's count
+
+
+def test_show_reads_studies_from_before_per_request_figures():
+    """Old trials kept only the level's totals: show gives their mean a request."""
+    import optuna
+
+    from tuner.results._show import workload_as_sent
+
+    study = optuna.create_study()
+    study.add_trial(optuna.trial.create_trial(value=1.0, user_attrs={
+        "concurrency": 128, "completed": 384, "total_input_tokens": 470400, "total_output_tokens": 49152}))
+    assert workload_as_sent(study.user_attrs, None, study.trials) == (
+        "workload as sent (trial 0, concurrency 128): 384 requests, prompt 1225.0 tokens a request (level total), "
+        "output 128.0 tokens a request; probe.input-len counts words")

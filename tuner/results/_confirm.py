@@ -23,7 +23,7 @@ from .._errors import NoEligibleTrialError, UsageError
 from ..engines import get_engine
 from ..search import load_study
 from ..spec import ServerConfig, parse_spec
-from ..trial import TrialContext, TrialPlan, free_port, run_trial
+from ..trial import TrialContext, TrialPlan, free_port, model_tokens, run_trial
 from ..versions import SIM_SPEED
 from ._certainty import compare
 from ._progress import duration
@@ -80,7 +80,8 @@ def confirm(storage: str, study_name: str | None, top: int, repeats: int, workdi
         env["TUNER_SIM_PROFILE"] = study.user_attrs["simulate"]
         for name, value in SIM_SPEED.items():
             env.setdefault(name, value)
-    ctx = TrialContext(spec, get_engine(spec.engine), command, base_env=env)
+    # The same prompts as the study's trials: lengths in the model's tokens where its tokenizer is there.
+    ctx = TrialContext(spec, get_engine(spec.engine), command, base_env=env, tokens=model_tokens(spec)[0])
     metric = spec.objective.metric
     results = []
     progress = _Progress(len(candidates) * repeats, stream)

@@ -12,6 +12,7 @@ from optuna.trial import FrozenTrial, TrialState
 from .._errors import NoEligibleTrialError
 from .._redact import redact_url
 from ..search import CONTEXT_ATTR, LEARNED_ATTR, describe_context, describe_learning, load_study
+from ..trial import LENGTHS_ATTR
 from ._progress import fit, format_value, table
 from ._results import certainty_lines, objective_metric, winner
 from ._which_study import target_args
@@ -69,6 +70,10 @@ def show(storage: str, study_name: str | None, sort: str = "value", failed_only:
     if study.user_attrs.get(CONTEXT_ATTR):  # what the study ran on and for, as its first trial found it
         parts.append(textwrap.fill("context: " + describe_context(study.user_attrs[CONTEXT_ATTR]), width=width,
                                    subsequent_indent="  ", break_on_hyphens=False, break_long_words=False))
+    sent = workload_as_sent(study.user_attrs, best.trial if best else None, everything)
+    if sent:
+        parts.append(textwrap.fill(sent, width=width, subsequent_indent="  ", break_on_hyphens=False,
+                                   break_long_words=False))
     if study.user_attrs.get(LEARNED_ATTR):  # what earlier studies told it (run --learn-from)
         first: dict[str, list[int]] = {}
         for t in everything:
@@ -80,6 +85,39 @@ def show(storage: str, study_name: str | None, sort: str = "value", failed_only:
     parts.append(failure_breakdown(everything, width))
     parts.append(_messages(trials, width))
     return "\n\n".join(p for p in parts if p)
+
+
+def workload_as_sent(study_attrs: dict, best: FrozenTrial | None, trials: list[FrozenTrial]) -> str:
+    """The probe's requests as the server counted them, at the winner's objective level (else the last trial
+    that measured one): what a throughput figure was measured on. Studies from before per-request figures
+    were kept give the level's mean (total_input_tokens / completed)."""
+    measured = [t for t in trials if t.user_attrs.get("completed")]
+    t = best if best is not None and best.user_attrs.get("completed") else (measured[-1] if measured else None)
+    if t is None:
+        return ""
+    a = t.user_attrs
+    level = f"concurrency {a['concurrency']}" if a.get("rate") is None else f"rate {a['rate']:g}/s"
+    head = f"workload as sent (trial {t.number}, {level}): {a['completed']} requests"
+    if a.get("prompt_tokens_counted"):
+        prompt = (f"prompt {_span(a, 'prompt_tokens')} tokens (mean {a['prompt_tokens_mean']:.1f}, "
+                  "server-counted)")
+    else:
+        prompt = f"prompt {a.get('total_input_tokens', 0) / a['completed']:.1f} tokens a request (level total)"
+    output = (f"output {_span(a, 'output_tokens')} tokens" if "output_tokens_min" in a
+              else f"output {a.get('total_output_tokens', 0) / a['completed']:.1f} tokens a request")
+    lengths = study_attrs.get(LENGTHS_ATTR) or {}
+    # Trials from before per-request figures were kept counted words.
+    unit = lengths.get("unit") or a.get("probe_lengths") or ("words" if "prompt_tokens_counted" not in a else None)
+    if ((study_attrs.get(CONTEXT_ATTR) or {}).get("workload") or {}).get("dataset"):
+        unit = None  # a dataset's prompts are given text: input-len counts nothing
+    asked = f"; probe.input-len counts {unit}" if unit else ""
+    why = f" ({lengths['why']})" if unit == "words" and lengths.get("why") else ""
+    return f"{head}, {prompt}, {output}{asked}{why}"
+
+
+def _span(attrs: dict, name: str) -> str:
+    low, high = attrs[f"{name}_min"], attrs[f"{name}_max"]
+    return f"{low:.0f}" if low == high else f"{low:.0f}-{high:.0f}"
 
 
 def _certainty(study, best, where: str, width: int) -> str:

@@ -556,7 +556,7 @@ class Api:
             raise BadRequest("messages must be a non-empty list")
         prompt = apply_chat_template(messages)
         tok = self.s.tokenizer
-        ids = tok.encode(prompt)
+        ids = tok.encode(prompt, special=False)  # the template writes its own, as a real chat template does
         want_lp = bool(body.get("logprobs", False))
         top = int(body.get("top_logprobs") or 0)
         n = int(body.get("n", 1) or 1)

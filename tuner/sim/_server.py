@@ -25,7 +25,7 @@ from ._log import Log, scheduler_traceback
 from ._profile import Profile
 from ._requests import GenRequest, Numerics, Sampling, nan_value, prefix_hashes
 from ._setup import Setup
-from ._text import Tokenizer, known_answer
+from ._text import Tokenizer, folder_splitter, known_answer
 
 VERSION_FILE_FRAME = "<frame at 0x7f3a2c1e5a40, file '/usr/lib/python3.12/selectors.py', line 468, code select>"
 
@@ -98,7 +98,8 @@ class SimServer:
         self.knobs = setup.resolved.knobs
         self.args = setup.resolved.args
         model = profile.model
-        self.tokenizer = Tokenizer(model.vocab_size, model.eos_token_id, model.token0_text, model.chars_per_token)
+        self.tokenizer = Tokenizer(model.vocab_size, model.eos_token_id, model.token0_text, model.chars_per_token,
+                                   folder_splitter(str(self.args.get("tokenizer_path") or "")))
         self.ready = False
         self.up = False  # uvicorn is listening
         self.frozen = False  # stop_answering_after fired
@@ -306,7 +307,7 @@ class SimServer:
         answer = known_answer(text, self.known)
         plan = None
         if answer is not None:
-            plan = self.tokenizer.encode(answer)
+            plan = self.tokenizer.encode(answer, special=False)
             if not sampling.ignore_eos:
                 plan.append(self.tokenizer.eos_token_id)
         hashes = prefix_hashes(prompt_ids)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import re
 import zlib
-from typing import Iterable, Sequence
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
 
 from . import _facts
 
@@ -87,11 +88,17 @@ def greedy(h: int, ids: tuple[int, ...], flip: float = 0.0) -> int:
     return second if gap < flip else top
 
 
+# A text's pieces as a real tokenizer splits it; the flag: add its special tokens (BOS and the like).
+Splitter = Callable[[str, bool], list[str]]
+
+
 class Tokenizer:
-    def __init__(self, vocab_size: int, eos_token_id: int, token0_text: str, chars_per_token: float = 0.0) -> None:
+    def __init__(self, vocab_size: int, eos_token_id: int, token0_text: str, chars_per_token: float = 0.0,
+                 split: Splitter | None = None) -> None:
         self.vocab_size = vocab_size
         self.eos_token_id = eos_token_id
         self.chars_per_token = chars_per_token
+        self.split = split
         self._text: dict[int, str] = {0: token0_text, eos_token_id: ""}
         self._json: dict[int, bytes] = {}
         self._ids: dict[str, int] = {}
@@ -107,7 +114,11 @@ class Tokenizer:
             self._text.setdefault(tid, piece)
         return tid
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, special: bool = True) -> list[int]:
+        """Ids of `text`'s pieces; with `special`, as a server encodes a prompt (only a model folder's own
+        tokenizer adds special tokens)."""
+        if self.split is not None:
+            return [self.token_id(piece) for piece in self.split(text, special)]
         pieces = _TOKEN.findall(text)
         if self.chars_per_token > 0:
             pieces = [part for piece in pieces for part in self._split(piece)]
@@ -139,6 +150,24 @@ class Tokenizer:
     def decode(self, ids: Iterable[int]) -> str:
         piece = self.piece
         return "".join(piece(t) for t in ids)
+
+
+def folder_splitter(folder: str) -> Splitter | None:
+    """The pieces of a model folder's tokenizer.json, where it has one, as the real server splits prompts:
+    the simulated server then counts prompt tokens as the real one does. Ids stay the simulator's own."""
+    path = Path(folder) / "tokenizer.json"
+    if not folder or not path.is_file():
+        return None
+    from tokenizers import Tokenizer as HfTokenizer
+
+    real = HfTokenizer.from_file(str(path))
+
+    def split(text: str, special: bool) -> list[str]:
+        enc = real.encode(text, add_special_tokens=special)
+        return [token if is_special else text[a:b]
+                for token, (a, b), is_special in zip(enc.tokens, enc.offsets, enc.special_tokens_mask)]
+
+    return split
 
 
 def apply_chat_template(messages: Sequence[dict]) -> str:

@@ -9,8 +9,10 @@ from ._procs import free_port, port_is_free
 from ._ratesearch import RATE_STEPS, slo_text
 from ._record import FEASIBILITY, note_markdown, save_note, store_log, trial_attrs, upload_log
 from ._teardown import WORKER_RECORD, end_orphans, owner_alive, read_record, this_worker, write_record
+from ._tokens import LENGTHS_ATTR, PromptTokens, lengths_attr, model_tokens, words_note
 from ._trial import TrialContext, TrialPlan, TrialResult, run_trial
 
-__all__ = ["FEASIBILITY", "PROGRESS_EVERY", "RATE_STEPS", "WORKER_RECORD", "TrialContext", "TrialPlan", "TrialResult",
-           "end_orphans", "free_port", "note_markdown", "owner_alive", "port_is_free", "read_record", "run_trial",
-           "save_note", "slo_text", "store_log", "this_worker", "trial_attrs", "upload_log", "write_record"]
+__all__ = ["FEASIBILITY", "LENGTHS_ATTR", "PROGRESS_EVERY", "RATE_STEPS", "WORKER_RECORD", "PromptTokens",
+           "TrialContext", "TrialPlan", "TrialResult", "end_orphans", "free_port", "lengths_attr", "model_tokens",
+           "note_markdown", "owner_alive", "port_is_free", "read_record", "run_trial", "save_note", "slo_text",
+           "store_log", "this_worker", "trial_attrs", "upload_log", "words_note", "write_record"]

@@ -28,6 +28,7 @@ from ._goodput import certainly_bad, good_latency_bound, goodput, is_good, stead
 from ._ratesearch import MIN_REQUESTS, RATE_STEPS, Measure, RateSearchResult, RateSearchSpec, RateStep, search_rate
 from ._stream_client import StreamClient, StreamError, StreamTimeout
 from ._textcheck import degenerate_reason, nan_positions
+from ._tokens import PromptTokens
 from ._workloads import WorkItem, make_workload
 
 @dataclass
@@ -87,6 +88,7 @@ class ProbeResult:
     seconds: float
     levels: tuple[LevelMetrics, ...]
     rate_search: RateSearchResult | None = None
+    lengths: str = "words"  # what probe.input-len counted: "tokens" of the model's tokenizer, or "words"
 
     def level(self, concurrency: int | None) -> LevelMetrics:
         """A closed-loop level: the one of `concurrency`, or the highest."""
@@ -120,24 +122,25 @@ JUDGE_AFTER_S = 5.0
 def run_probe(base_url: str, headers: Mapping[str, str], engine: Engine, spec: ProbeSpec,
               alive: Callable[[], None], objective_level: int | None = None,
               on_progress: Progress | None = None, check_text: bool = True,
-              rate_search: RateSearchSpec | None = None, goodput_slo: Mapping[str, float] | None = None
-              ) -> ProbeResult:
+              rate_search: RateSearchSpec | None = None, goodput_slo: Mapping[str, float] | None = None,
+              tokens: PromptTokens | None = None) -> ProbeResult:
     """Measure every concurrency level, then every rate level, then (with `rate_search`) search the highest
     rate that meets the SLO. `alive()` raises the trial's failure if the server died. Rate levels report
-    goodput against `goodput_slo` (default: the search's SLOs).
+    goodput against `goodput_slo` (default: the search's SLOs). With `tokens` (the model's tokenizer) prompt
+    lengths are tokens, else words.
 
     NaN logprobs always fail the trial; degenerate text only with `check_text` (random weights write
     nothing but symbols, and a space for them turns the check off)."""
     if goodput_slo is None and rate_search is not None:
         goodput_slo = rate_search.slo_ms
     return asyncio.run(_probe(base_url, headers, engine, spec, alive, objective_level, on_progress, check_text,
-                              rate_search, goodput_slo))
+                              rate_search, goodput_slo, tokens))
 
 
 async def _probe(base_url: str, headers: Mapping[str, str], engine: Engine, spec: ProbeSpec,
                  alive: Callable[[], None], objective_level: int | None, on_progress: Progress | None,
                  check_text: bool, rate_search: RateSearchSpec | None,
-                 goodput_slo: Mapping[str, float] | None) -> ProbeResult:
+                 goodput_slo: Mapping[str, float] | None, tokens: PromptTokens | None) -> ProbeResult:
     t0 = time.monotonic()
     deadline = time.perf_counter() + spec.time_budget
     # Not httpx: its per-chunk cost capped what one core could measure (see tuner/trial/_stream_client.py).
@@ -147,7 +150,7 @@ async def _probe(base_url: str, headers: Mapping[str, str], engine: Engine, spec
         watch = asyncio.create_task(_watch(alive))
         try:
             if spec.warmup:
-                warm = make_workload(spec, spec.warmup, salt=-1)
+                warm = make_workload(spec, spec.warmup, salt=-1, tokens=tokens)
                 await _race(watch, asyncio.gather(*(_one(client, engine, WorkItem(w.prompt, min(16, w.output_len)),
                                                          False, check_text, RequestResult()) for w in warm)))
             # Each level (the check wave too) may use an equal share of what is left of the budget.
@@ -160,18 +163,18 @@ async def _probe(base_url: str, headers: Mapping[str, str], engine: Engine, spec
                 return now + (deadline - now) / (left + 1)
 
             if spec.check_tokens:
-                await _race(watch, _check_wave(client, engine, spec, check_text, share()))
+                await _race(watch, _check_wave(client, engine, spec, check_text, share(), tokens))
             target = objective_level if objective_level is not None else max(spec.concurrency, default=None)
             levels = []
             for step_base, conc in enumerate(spec.concurrency):
-                work = make_workload(spec, spec.requests, salt=conc)
+                work = make_workload(spec, spec.requests, salt=conc, tokens=tokens)
                 # Under the rate objective the pruner hears the tested rates, not a throughput.
                 report = on_progress if conc == target and rate_search is None else None
                 levels.append(await _race(watch, _level(client, engine, spec, conc, work, report, step_base,
                                                           check_text, share())))
             slo = SloVerdict(goodput_slo, None) if goodput_slo else None  # measured, never an early stop
             for i, rate in enumerate(spec.rates):
-                work = make_workload(spec, spec.requests, salt=-10 - i)
+                work = make_workload(spec, spec.requests, salt=-10 - i, tokens=tokens)
                 arrivals = OpenLoop(rate, send_offsets(len(work), rate, spec.burstiness, spec.seed), spec.max_in_flight)
                 levels.append(await _race(watch, _level(client, engine, spec, 0, work, None, 0, check_text, share(),
                                                           open_loop=arrivals, slo=slo)))
@@ -179,14 +182,15 @@ async def _probe(base_url: str, headers: Mapping[str, str], engine: Engine, spec
             if rate_search is not None:
                 start = next(m for m in levels if m.rate is None and m.concurrency == target).request_throughput
                 found = await _race(watch, search_rate(rate_search, start, on_progress,
-                                                        _rate_step(client, engine, spec, rate_search, check_text)))
+                                                        _rate_step(client, engine, spec, rate_search, check_text,
+                                                                   tokens)))
         finally:
             watch.cancel()
-    return ProbeResult(time.monotonic() - t0, tuple(levels), found)
+    return ProbeResult(time.monotonic() - t0, tuple(levels), found, "words" if tokens is None else "tokens")
 
 
 def _rate_step(client: StreamClient, engine: Engine, spec: ProbeSpec, search: RateSearchSpec,
-               check_text: bool) -> Measure:
+               check_text: bool, tokens: PromptTokens | None = None) -> Measure:
     """How the rate search measures one rate on this server: open-loop arrivals for seconds-per-rate, the
     verdict as soon as it is certain."""
     slo = SloVerdict(search.slo_ms, search.attainment)
@@ -195,7 +199,7 @@ def _rate_step(client: StreamClient, engine: Engine, spec: ProbeSpec, search: Ra
         n = max(MIN_REQUESTS, math.ceil(rate * search.seconds_per_rate))
         # The same prompts for the n-th tested rate of every trial; new ones for each rate, so that a rate
         # does not find the previous rate's prompts in the prefix cache.
-        work = make_workload(spec, n, salt=RATE_STEPS + index)
+        work = make_workload(spec, n, salt=RATE_STEPS + index, tokens=tokens)
         offsets = send_offsets(n, rate, spec.burstiness, spec.seed + index)
         # After the last arrival, as long as a good request can take: then whatever still streams is past saving.
         longest = min(good_latency_bound(search.slo_ms, max(w.output_len for w in work)) or math.inf,
@@ -231,7 +235,7 @@ async def _race(watch: asyncio.Task, work: Any) -> Any:
 
 
 async def _check_wave(client: StreamClient, engine: Engine, spec: ProbeSpec, check_text: bool,
-                      deadline: float) -> None:
+                      deadline: float, tokens: PromptTokens | None = None) -> None:
     """Before the timed levels: one request per slot of the highest level at once, each asking for the
     logprob of every token, so that NaN in batched decode shows (and ends the trial at its first token).
 
@@ -247,7 +251,7 @@ async def _check_wave(client: StreamClient, engine: Engine, spec: ProbeSpec, che
     """
     concurrency = max(spec.concurrency, default=spec.max_in_flight or 1)
     work = [WorkItem(CHECK_MARK + w.prompt, min(spec.check_tokens, w.output_len))
-            for w in make_workload(spec, concurrency, salt=-2)]
+            for w in make_workload(spec, concurrency, salt=-2, tokens=tokens)]
     await _level(client, engine, spec, concurrency, work, None, 0, check_text, deadline, logprobs=True)
 
 
@@ -380,6 +384,7 @@ async def _level(client: StreamClient, engine: Engine, spec: ProbeSpec, concurre
     streaming = [r for r in results if r.started and not (r.ok or r.error)] if cut or missed else []
     metrics = _metrics(concurrency, duration, finished, spec, streaming, cut)
     extra = dict(zip(("steady_output_throughput", "steady_duration"), steady_output_throughput(finished)))
+    extra.update(as_sent(finished))
     if open_loop is not None:
         late = [r.lateness for r in results if r.started]
         extra.update({f"send_lateness_{stat}_ms": fn(late) * 1000.0 for stat, fn in
@@ -498,6 +503,20 @@ def _metrics(concurrency: int, duration: float, results: Sequence[RequestResult]
     d = duration if duration > 0 else math.inf
     return LevelMetrics(concurrency, duration, len(ok), errors, in_tokens, out_tokens, len(ok) / d,
                         out_tokens / d, (in_tokens + out_tokens) / d, latency, cut)
+
+
+def as_sent(results: Sequence[RequestResult]) -> dict[str, float]:
+    """The workload as the server counted it, per finished request: prompt tokens (`prompt_tokens_*`, from
+    the server's usage; `prompt_tokens_counted` requests reported them) and output tokens (`output_tokens_*`)."""
+    ok = [r for r in results if r.ok]
+    out: dict[str, float] = {}
+    for name, values in (("prompt_tokens", [r.prompt_tokens for r in ok if r.prompt_tokens]),
+                         ("output_tokens", [r.output_tokens for r in ok])):
+        if values:
+            out.update({f"{name}_mean": _mean(values), f"{name}_min": float(min(values)),
+                        f"{name}_max": float(max(values))})
+    out["prompt_tokens_counted"] = float(sum(1 for r in ok if r.prompt_tokens))
+    return out
 
 
 def _mean(values: Sequence[float]) -> float:

@@ -63,6 +63,7 @@ def trial_attrs(result: TrialResult, spec: Spec, extra: Mapping[str, Any] | None
         level = result.probe.level(spec.objective.concurrency)
         attrs.update({k: _round(v) for k, v in level.as_dict().items()})
         attrs["levels"] = [{k: _round(v) for k, v in m.as_dict().items()} for m in result.probe.levels]
+        attrs["probe_lengths"] = result.probe.lengths
         if result.probe.rate_search is not None:
             attrs["rate_search"] = result.probe.rate_search.as_dict()
             attrs["max_rate_under_slo"] = result.probe.rate_search.rate

@@ -27,6 +27,7 @@ from ._logwatch import LogWatcher
 from ._probe import ProbeResult, run_probe
 from ._readiness import SETTLE_S, check_alive, wait_until_ready
 from ._teardown import TeardownResult, stop_server
+from ._tokens import PromptTokens
 from ._watch import Limits, Watch
 
 
@@ -59,6 +60,8 @@ class TrialContext:
     gpu_holders: Callable[[tuple[int, ...]], Mapping[int, int]] | None = None
     # Set when the run is interrupted: every stage of every running trial stops at its next check.
     cancel: threading.Event = field(default_factory=threading.Event)
+    # The model's tokenizer, read once per run: probe lengths are then tokens, else words.
+    tokens: PromptTokens | None = None
 
 
 @dataclass
@@ -138,7 +141,7 @@ def run_trial(ctx: TrialContext, plan: TrialPlan) -> TrialResult:
                                          objective_level=spec.objective.concurrency,
                                          on_progress=ctx.on_progress,
                                          check_text=spec.gate.enabled("degenerate-text"),
-                                         rate_search=spec.objective.rate_search)
+                                         rate_search=spec.objective.rate_search, tokens=ctx.tokens)
             if spec.gate.recheck_after_load:
                 with stage("recheck"), _explained(server, watcher, "recheck"):
                     run_gate(client, engine, spec.gate, stage="recheck", vocab_size=vocab, quick=True,

@@ -1,7 +1,10 @@
 """The probe's requests: seeded random prompts, a JSONL file, a ShareGPT file, or a shared-prefix workload.
 
-Every workload is a function of the space's probe section and a salt only, so every trial is sent the same
-requests. Nothing is downloaded: dataset files are local.
+Every workload is a function of the space's probe section, a salt and the model's tokenizer only, so every
+trial is sent the same requests. Nothing is downloaded: dataset files are local.
+
+Generated prompts are random words. With the model's tokenizer (tuner/trial/_tokens.py) each is cut to its
+length in tokens, as bench_serving's random dataset counts; without one the lengths count words.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..spec import ProbeSpec, SharedPrefix, WorkItem, load_rows
+from ._tokens import PromptTokens
 
 # A handful of ordinary words: a real tokenizer spends about one token on each.
 _WORDS = ("the of and to in is for on that with as by at from it this be are was or an have not but can "
@@ -18,11 +22,12 @@ _WORDS = ("the of and to in is for on that with as by at from it this be are was
           "paper number people world house story night point state small large early").split()
 
 
-def make_workload(spec: ProbeSpec, n: int, salt: int = 0) -> list[WorkItem]:
-    """Seeded prompts: the same spec gives every trial the same requests."""
+def make_workload(spec: ProbeSpec, n: int, salt: int = 0, tokens: PromptTokens | None = None) -> list[WorkItem]:
+    """Seeded prompts: the same spec gives every trial the same requests. With `tokens`, prompt lengths are
+    tokens as the server counts them (special tokens included); else words."""
     rng = random.Random(spec.seed * 1_000_003 + salt)
     if spec.shared_prefix:
-        return _shared_prefix(spec, spec.shared_prefix, rng, n)
+        return _shared_prefix(spec, spec.shared_prefix, rng, n, tokens)
     if spec.dataset:
         rows = load_rows(spec.dataset, spec.dataset_format, spec.output_len)
         return _without_replacement(rng, rows, n)
@@ -30,19 +35,46 @@ def make_workload(spec: ProbeSpec, n: int, salt: int = 0) -> list[WorkItem]:
     for i in range(n):
         in_len = _jitter(rng, spec.input_len, spec.len_jitter)
         out_len = _jitter(rng, spec.output_len, spec.len_jitter)
-        items.append(WorkItem(" ".join([f"{i}:", *_words(rng, in_len - 1)]), out_len))
+        head = f"{i}:"  # no two prompts share a prefix
+        prompt = (" ".join([head, *_words(rng, in_len - 1)]) if tokens is None
+                  else _in_tokens(tokens, rng, head, in_len, special=True))
+        items.append(WorkItem(prompt, out_len))
     return items
 
 
-def _shared_prefix(spec: ProbeSpec, sp: SharedPrefix, rng: random.Random, n: int) -> list[WorkItem]:
+def _in_tokens(tokens: PromptTokens, rng: random.Random, head: str, n: int, special: bool) -> str:
+    """`head` and random words, cut to `n` tokens. A word is a token or more, so `n` words nearly always
+    suffice; more are drawn where they fall short."""
+    words = _words(rng, n)
+    while True:
+        text = " ".join([head, *words])
+        cut = tokens.fit(text, n, special)
+        if cut is not None:
+            return cut
+        words += _words(rng, max(8, n))
+
+
+def _shared_prefix(spec: ProbeSpec, sp: SharedPrefix, rng: random.Random, n: int,
+                   tokens: PromptTokens | None = None) -> list[WorkItem]:
     """As bench_serving's `generated-shared-prefix` (`sglang/benchmark/datasets/generated_shared_prefix.py`):
     `groups` long system prompts, each request one of them followed by a short question of its own, the
     requests of all groups shuffled. The system prompts depend on the seed only, so every rate step and
-    trial shares them (which is what a prefix cache is for); the questions on the salt too."""
+    trial shares them (which is what a prefix cache is for); the questions on the salt too.
+
+    With `tokens`, each system prompt is `system_prompt_len` tokens and each question (its "Question i:"
+    included) `question_len`, as bench_serving counts them; the server adds its special tokens on top."""
     prefix_rng = random.Random(spec.seed)
-    prompts = [" ".join([f"System prompt {g}:", *_words(prefix_rng, sp.system_prompt_len)]) for g in range(sp.groups)]
-    items = [WorkItem(" ".join([f"{prompts[i % sp.groups]}\nQuestion {i}:", *_words(rng, sp.question_len)]),
-                      _jitter(rng, spec.output_len, spec.len_jitter)) for i in range(n)]
+    if tokens is None:
+        prompts = [" ".join([f"System prompt {g}:", *_words(prefix_rng, sp.system_prompt_len)])
+                   for g in range(sp.groups)]
+        items = [WorkItem(" ".join([f"{prompts[i % sp.groups]}\nQuestion {i}:", *_words(rng, sp.question_len)]),
+                          _jitter(rng, spec.output_len, spec.len_jitter)) for i in range(n)]
+    else:
+        prompts = [_in_tokens(tokens, prefix_rng, f"System prompt {g}:", sp.system_prompt_len, special=False)
+                   for g in range(sp.groups)]
+        items = [WorkItem(prompts[i % sp.groups] + _in_tokens(tokens, rng, f"\nQuestion {i}:", sp.question_len,
+                                                             special=False),
+                          _jitter(rng, spec.output_len, spec.len_jitter)) for i in range(n)]
     rng.shuffle(items)
     return items
 
