@@ -13,7 +13,8 @@ before it (as they were recorded). Three rules:
 
 A trial's end figure is its own where it ran to the end, or that of the same configuration in `--truth`
 (a study of reruns with `probe.prune: false`). "end/best" is that figure over the best end figure of the
-trials finished before it; "within noise" means end/best >= 1 - noise.
+trials finished before it (with `--truth`, over the rerun of that best: reruns may run on other cards);
+"within noise" means end/best >= 1 - noise.
 
 It also prints the curve floor measured on the study's completed curves: how far below its final standing a
 trial looked part-way (the lowest ratio over every pair of completed trials, every report from 2% of the
@@ -56,7 +57,8 @@ class Recorded:
 
     @property
     def config(self) -> str:
-        return self.attrs.get("config_key") or json.dumps(self.attrs.get("flags"), sort_keys=True)
+        """The launch flags, as the same configuration in another study has them."""
+        return json.dumps(self.attrs.get("flags"), sort_keys=True)
 
 
 @dataclass
@@ -147,12 +149,15 @@ def replay(study_attrs: dict, trials: list[Recorded], truth: dict[str, float]) -
                     break
         finished = [e for e in trials[:i] if e.state == "COMPLETE" and e.attrs.get("feasible") and e.value]
         best = max(finished, key=lambda e: e.value, default=None)
-        end = t.value if t.state == "COMPLETE" and 1000 in t.curve else truth.get(t.config)
+        end, best_end = t.value if t.state == "COMPLETE" and 1000 in t.curve else None, best.value if best else None
+        if end is None and best and t.config in truth and best.config in truth:
+            # Reruns may run on other cards: their figures are compared with the best's rerun only.
+            end, best_end = truth[t.config], truth[best.config]
         last = max(t.curve)
         with_curve = max((e for e in finished if e.curve), key=lambda e: e.value, default=None)
         verdicts.append(Verdict(
             t.number, "completed" if t.state == "COMPLETE" else f"stopped at {last / 10:.0f}%",
-            end, end / best.value if end and best else None, stops, last,
+            end, end / best_end if end and best_end else None, stops, last,
             standing_at(t.curve, with_curve.curve, last) if with_curve and last % 1000 else None))
     return verdicts
 
