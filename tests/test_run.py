@@ -7,6 +7,7 @@ import os
 import re
 import signal
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -164,6 +165,93 @@ def _reached(record, stage: str) -> bool:
     except (OSError, ValueError):
         return False
     return seen.get("done", False) if stage == "between" else seen.get("stage") == stage
+
+
+# Issue 45: torch.compile with decode graphs, interrupted in readiness at the end of two lent-GPU calls, while a
+# similar configuration had timed out at start. SLOW and LIKE_SLOW differ in one flag; the baseline and FAST are
+# two flags from SLOW. warmup_503 holds every start in readiness (answering 503) for that many seconds.
+STARTUP_PARAMS = ("  schedule-conservativeness: {type: float, low: 0.1, high: 2.0, step: 0.01}\n"
+                  "  enable-torch-compile: {type: bool}\n")
+SLOW = {"schedule-conservativeness": 0.5, "enable-torch-compile": True}
+LIKE_SLOW = {"schedule-conservativeness": 0.7, "enable-torch-compile": True}
+FAST = {"schedule-conservativeness": 0.3, "enable-torch-compile": False}
+
+
+def _startup_space(tuner, *try_first: dict) -> Path:
+    points = "try-first:\n" + "".join(f"  - {json.dumps(p)}\n" for p in try_first)
+    return tuner.space(instant_space("startup", params=STARTUP_PARAMS, extra=points,
+                                     baseline="{schedule-conservativeness: 1.0, enable-torch-compile: false}"))
+
+
+def _interrupt_in_readiness(tuner, run: tuple[str, ...], number: int, env: dict[str, str]) -> None:
+    proc = tuner.start(*run, env=env)
+    record = tuner.folder / "runs" / "startup" / f"trial-{number}" / "worker.json"
+    while not _reached(record, "readiness"):
+        assert proc.poll() is None, proc.stdout.read()
+        time.sleep(0.005)  # polling the record for the stage, no timing asserted
+    proc.send_signal(signal.SIGINT)  # as scripts/gpu_sglang.sh ends a call
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and f"trial {number} (in its readiness) marked interrupted" in out, out
+
+
+def test_a_start_up_interrupted_twice_is_judged_without_a_restart_where_a_similar_one_timed_out(tuner):
+    """Trial 30's configuration ran again as trial 31, sat 411 s in readiness until the call's end, and would have
+    run a third time. Now its start-up is judged from what is known: the readiness it spent, and a similar
+    configuration that timed out at start. No server is launched for it."""
+    space = _startup_space(tuner, SLOW)
+    assert tuner.run("run", "--trials", "1", "--space", str(space), "--simulate", "instant").returncode == 0
+    slow_start = {"TUNER_SIM_FAULTS": "warmup_503=60"}  # beyond the start-up timeout (5 s, as --simulate scales it)
+    run = ("run", "--trials", "2", "--space", str(space), "--simulate", "instant")
+    _interrupt_in_readiness(tuner, run, 1, slow_start)
+    _interrupt_in_readiness(tuner, run, 2, slow_start)  # trial 1's configuration, re-queued
+    space = _startup_space(tuner, SLOW, LIKE_SLOW)  # the similar configuration: trial 3, before the re-queued one
+    done = tuner.run("run", "--trials", "3", "--space", str(space), "--simulate", "instant", "--continue",
+                     env=slow_start)
+    assert done.returncode == 0, done.stderr[-3000:]
+    trials = tuner.study("startup").get_trials()
+    like, judged = trials[3], trials[4]
+    assert like.params == LIKE_SLOW and like.user_attrs["failure_kind"] == "startup_timeout"
+    assert judged.params == SLOW and judged.user_attrs["requeued_from"] == 2 and judged.state == TrialState.PRUNED
+    attrs = judged.user_attrs
+    assert (attrs["failure_kind"], attrs["failure_stage"], attrs["judged"]) == ("startup_timeout", "readiness", True)
+    message = attrs["failure_message"]
+    assert message.startswith("judged without a restart: interrupted twice in readiness (longest "), message
+    assert ", and trial 3, a similar configuration, timed out at start-up (5 s); " in message, message
+    assert message.endswith("reaches the start-up timeout (5 s)"), message
+    launched = {int(p.parent.name.split("-")[1]) for p in (tuner.folder / "runs").glob("startup/trial-*/server.json")}
+    assert launched == {0, 1, 2, 3}
+    assert tuner.leftovers() == {}
+
+
+def test_a_trial_whose_start_up_does_not_fit_in_the_timeout_waits_for_the_next_run(tuner):
+    """A run with --timeout starts no trial whose expected start-up (here a similar configuration's, 12 s) does not
+    fit in what is left: it says so, ends well, and the next run starts that configuration first."""
+    space = _startup_space(tuner, LIKE_SLOW, FAST, SLOW)
+    real = {"TUNER_SIM_STARTUP_SCALE": "1"}  # the space's start-up timeout as written: 30 s
+    run = ("run", "--space", str(space), "--simulate", "instant")
+    assert tuner.run(*run, "--trials", "1", env=real).returncode == 0
+    slow = tuner.run(*run, "--trials", "2", env={**real, "TUNER_SIM_FAULTS": "warmup_503=12"})
+    assert slow.returncode == 0, slow.stderr[-3000:]
+    assert tuner.study("startup").trials[1].user_attrs["stage_seconds"]["readiness"] >= 12
+    short = tuner.run(*run, "--trials", "4", "--timeout", "10", env=real)  # FAST starts (the run's first), SLOW not
+    assert short.returncode == 0, short.stderr[-3000:]
+    said = [line for line in short.stderr.splitlines() if line.startswith("not starting trial 3: ")]
+    assert len(said) == 1 and said[0].endswith("left of --timeout; the next run starts it"), short.stderr[-3000:]
+    assert "like trial 1's) does not fit in the " in said[0], said
+    trials = tuner.study("startup").get_trials()
+    assert trials[2].params == FAST and trials[2].user_attrs["feasible"]
+    waiting = trials[3]
+    assert waiting.params == SLOW and waiting.state == TrialState.FAIL
+    assert (waiting.user_attrs["failure_kind"], waiting.user_attrs["failure_stage"]) == ("interrupted", "not started")
+    assert not (tuner.folder / "runs" / "startup" / "trial-3" / "server.json").exists()
+    longer = tuner.run(*run, "--trials", "4", "--timeout", "120", env=real)
+    assert longer.returncode == 0, longer.stderr[-3000:]
+    trials = tuner.study("startup").get_trials()
+    assert len(trials) == 5 and sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in trials) == 4
+    rerun = trials[4]
+    assert rerun.params == SLOW and rerun.user_attrs["requeued_from"] == 3 and rerun.user_attrs["feasible"]
+    assert (tuner.folder / "runs" / "startup" / "trial-4" / "server.json").exists()
+    assert tuner.leftovers() == {}
 
 
 def test_simulate_follows_the_space(tuner):

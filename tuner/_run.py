@@ -20,8 +20,8 @@ from ._errors import UsageError
 from ._redact import Redactor, redact_env, redact_url
 from .engines import get_engine
 from .results import Progress, summary, target_args, write_last_run
-from .search import (ContextRecorder, GpuProbe, Interrupted, Learning, MemoryBaseline, SlotPool, Surplus, TrialBudget,
-                     WarmStart, Worker, best_context, check_gpu_ids, fail_trials_of_dead_workers, gather,
+from .search import (ContextRecorder, GpuProbe, Interrupted, Learning, MemoryBaseline, NotStarted, SlotPool, Surplus,
+                     TrialBudget, WarmStart, Worker, best_context, check_gpu_ids, fail_trials_of_dead_workers, gather,
                      heartbeat_settings, learn_line, load_or_create, open_storage, parse_gpu_list, record_learning,
                      stored_context, study_exists, warm_start)
 from .spec import Spec, load_spec
@@ -206,7 +206,7 @@ def run(options: RunOptions, stream=sys.stderr) -> optuna.Study:
     context = ContextRecorder(spec, prepared.profile, gpu_probe, pool.gpu_ids if pool else None,
                               prepared.server_version)
     worker = Worker(spec, ctx, workdir, options.sampler, FileSystemArtifactStore(str(artifacts)), redactor,
-                    on_trial_end=context.after(progress.trial_end), pool=pool)
+                    on_trial_end=context.after(progress.trial_end), pool=pool, say=progress.say)
     done = _finished(study)
     remaining = options.trials - done
     progress.say(f"study '{study_name}' on {redact_url(options.storage)}: {done} of {options.trials} trials done; "
@@ -271,6 +271,8 @@ def _optimize(study: optuna.Study, worker: Worker, budget: TrialBudget, n_jobs: 
     import time
 
     deadline = None if timeout is None else time.monotonic() + timeout
+    # The worker starts no trial whose expected start-up does not fit in what is left (_worker._before_launch).
+    worker.timeout, worker.deadline = timeout, deadline
     while True:
         budget._reserved = 0
         room = budget.room(study)
@@ -286,7 +288,7 @@ def _optimize(study: optuna.Study, worker: Worker, budget: TrialBudget, n_jobs: 
         if left is not None and left <= 0:
             return
         try:
-            study.optimize(worker, n_trials=None, timeout=left, catch=(Surplus,), n_jobs=jobs,
+            study.optimize(worker, n_trials=None, timeout=left, catch=(Surplus, NotStarted), n_jobs=jobs,
                            callbacks=[budget], gc_after_trial=False, show_progress_bar=False)
             return
         except (ValueError, AssertionError, optuna.exceptions.UpdateFinishedTrialError) as exc:
@@ -311,7 +313,9 @@ def _finished(study: optuna.Study) -> int:
 
 
 def _requeue_interrupted(study: optuna.Study) -> None:
-    """A trial cut short by Ctrl-C or SIGTERM is not the configuration's fault: run it again, once."""
+    """A trial cut short by Ctrl-C or SIGTERM, or not started for --timeout, is not the configuration's fault: run
+    it again, once. A start-up that cannot finish is judged when the re-queued trial comes up, before its launch
+    (search/_worker.py, Worker._before_launch): there the study's newest trials are known."""
     requeued = set(study.user_attrs.get("requeued", []))
     trials = study.get_trials(deepcopy=False)
     # Already run again by another worker, or by the heartbeat's retry (a worker killed after marking it).

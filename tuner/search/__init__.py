@@ -11,10 +11,10 @@ from ._learn import (ATTR as LEARNED_ATTR, Learning, best_context, describe as d
 from ._slots import SlotPool
 from ._study import SAMPLERS, heartbeat_settings, load_or_create, load_study, open_storage, stored_study_names
 from ._warm import WarmStart, warm_start
-from ._worker import Interrupted, Surplus, TrialBudget, Worker, fail_trials_of_dead_workers
+from ._worker import Interrupted, NotStarted, Surplus, TrialBudget, Worker, fail_trials_of_dead_workers
 
 __all__ = ["CONTEXT_ATTR", "LEARNED_ATTR", "SAMPLERS", "ContextRecorder", "GpuProbe", "Interrupted", "Learning",
-           "MemoryBaseline", "SlotPool", "Surplus", "TrialBudget", "WarmStart", "Worker", "best_context",
+           "MemoryBaseline", "NotStarted", "SlotPool", "Surplus", "TrialBudget", "WarmStart", "Worker", "best_context",
            "check_gpu_ids", "describe_context", "describe_learning", "export_knowledge", "fail_trials_of_dead_workers",
            "gather", "heartbeat_settings", "learn_line", "load_or_create", "load_study", "open_storage",
            "parse_gpu_list", "record_learning", "stored_context", "stored_study_names", "study_exists", "warm_start"]

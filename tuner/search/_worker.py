@@ -30,6 +30,7 @@ from ..trial import (FEASIBILITY, WORKER_RECORD, TrialContext, TrialPlan, TrialR
                      owner_alive, read_record, run_trial, save_note, store_log, this_worker, trial_attrs, upload_log,
                      write_record)
 from ._slots import NotEnoughGpus, SlotPool
+from ._startup import Startup, estimate
 from ._study import set_user_attrs, study_lock
 
 REFERENCE_ATTR = "reference"
@@ -56,6 +57,11 @@ class Surplus(Exception):
     """Several workers asked at once and the study's trials are all taken: this one is not run."""
 
 
+class NotStarted(Exception):
+    """The trial's start-up does not fit in what is left of `run --timeout`: not run, and the run starts no more;
+    the trial is marked interrupted, so the next run starts its configuration first."""
+
+
 class _QuietFailures(logging.Filter):
     """Optuna logs every FAIL with a traceback. A surplus trial was never run, and an interrupted one is
     reported once by the run itself ("interrupted: ..."): neither needs one (a Ctrl-C in a probe printed
@@ -63,14 +69,14 @@ class _QuietFailures(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
-        if isinstance(error, (Surplus, Interrupted, KeyboardInterrupt)):
+        if isinstance(error, (Surplus, NotStarted, Interrupted, KeyboardInterrupt)):
             return False
         failed = _FAILED.match(record.getMessage())
         return not (failed and int(failed.group(1)) in _quiet_numbers)
 
 
 _FAILED = re.compile(r"Trial (\d+) failed ")
-_quiet_numbers: set[int] = set()  # trials of this process that are surplus or interrupted
+_quiet_numbers: set[int] = set()  # trials of this process that are surplus, not started or interrupted
 logging.getLogger("optuna.study._optimize").addFilter(_QuietFailures())
 
 
@@ -214,6 +220,10 @@ class Worker:
     budget: TrialBudget | None = None  # the study's shared --trials total
     # Trials this worker marked interrupted -> the stage the interrupt found each in (None: not in a stage).
     interrupted: dict[int, str | None] = dataclasses.field(default_factory=dict)
+    timeout: float | None = None  # run --timeout: seconds in which this run may start trials
+    deadline: float | None = None  # time.monotonic() at which that ends
+    say: Callable[[str], None] = lambda line: None  # one line for the person running it
+    launched: int = 0  # servers this run launched
 
     # -- the objective ------------------------------------------------------------------------------
     def __call__(self, trial: optuna.Trial) -> float | list[float]:
@@ -267,6 +277,10 @@ class Worker:
         prior = self._claim(trial, key)
         if prior is not None:
             return self._reuse(trial, prior)
+        judged = self._before_launch(trial, values, config)
+        if judged is not None:
+            return self._finish(trial, judged, {"baseline": bool(trial.user_attrs.get("baseline"))})
+        self.launched += 1
         try:
             result = self._run(trial, config)
         except NotEnoughGpus as exc:
@@ -276,6 +290,48 @@ class Worker:
             _mark_interrupted(trial, result.failure.stage, result.seconds)
             raise Interrupted(f"trial {trial.number} interrupted", result.failure.stage)
         return self._finish(trial, result, {"baseline": bool(trial.user_attrs.get("baseline"))})
+
+    def _before_launch(self, trial: optuna.Trial, values: dict[str, Any], config: ServerConfig) -> TrialResult | None:
+        """What the study knows of this configuration's start-up (tuner/search/_startup.py), before any server
+        is launched: a judged `startup_timeout` for a start-up that cannot finish; NotStarted for one that does
+        not fit in what is left of --timeout; None: launch it."""
+        limit = self.spec.server.startup_timeout
+        startup = estimate(trial.study.get_trials(deepcopy=False), trial.number, values, config.key(), limit)
+        seconds = startup.seconds
+        if seconds is None:
+            return None  # nothing known: only a start tells
+        # Judged only where the configuration itself was cut off in readiness: a restart would spend again what
+        # was spent, and its neighbours say the start-up does not end in time. Never on the neighbours alone:
+        # what the sampler proposes it has learnt from them already. A whole --timeout counts too: each run
+        # would start it and be cut off again (the lent GPU's calls, each a run of ~400 s).
+        reach = None
+        if seconds >= limit:
+            reach = f"the start-up timeout ({limit:.0f} s)"
+        elif self.timeout is not None and seconds >= self.timeout:
+            reach = f"a whole --timeout ({self.timeout:.0f} s)"
+        if startup.attempts and reach:
+            result = TrialResult(trial.number, config)
+            result.failure = FailureRecord(
+                FailureKind.STARTUP_TIMEOUT, f"judged without a restart: {startup.evidence()}; its start-up "
+                f"(~{seconds:.0f} s) reaches {reach}", "", "readiness", {"judged": True})
+            return result
+        left = None if self.deadline is None else self.deadline - time.monotonic()
+        # The first trial of a run always starts: the next run would have no more time for it than this one.
+        if left is not None and self.launched and seconds > left:
+            self._not_started(trial, startup, max(0.0, left))
+        return None
+
+    def _not_started(self, trial: optuna.Trial, startup: Startup, left: float) -> None:
+        said = (f"its start-up (~{startup.seconds:.0f} s, {startup.basis()}) does not fit in the {left:.0f} s left "
+                "of --timeout; the next run starts it")
+        # Marked interrupted: not the configuration's fault, never taught to the sampler, and re-queued by the
+        # next run (_run._requeue_interrupted). The run starts no more trials.
+        set_user_attrs(trial, {"failure_kind": FailureKind.INTERRUPTED.value, "failure_stage": "not started",
+                               "failure_message": f"not started: {said}", "ended_at": time.time()})
+        _quiet_numbers.add(trial.number)
+        self.say(f"not starting trial {trial.number}: {said}")
+        trial.study.stop()
+        raise NotStarted(said)
 
     def _run(self, trial: optuna.Trial, config: ServerConfig) -> TrialResult:
         attrs = trial.study.user_attrs
