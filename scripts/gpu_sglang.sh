@@ -249,14 +249,23 @@ PY
     # 4. The study, in its own session so that it outlives this call while the machine is held.
     if [ -z "$running" ]; then
         timeout -k 10 180 python3 -m tuner check --space "$space" --model "$model" || die "check failed (above)"
-        # With GPU_CONFIRM (e.g. "--top 3 --repeats 3"), `tuner confirm` follows the study in the same session.
         # --timeout: what is left of the call before its report (GPU_REPORT_S); the study starts no trial whose
         # expected start-up does not fit in it, and leaves it to the next call (docs/faults.md).
-        local storage="sqlite:///$work/trials.db"
-        STORAGE="$storage" WORKDIR="$work/runs" GPU_CONFIRM="${GPU_CONFIRM:-}" setsid nohup bash -c 'python3 -m tuner run "$@" && { [ -z "$GPU_CONFIRM" ] || python3 -m tuner confirm \
-            --storage "$STORAGE" --workdir "$WORKDIR" $GPU_CONFIRM; }' study --trials "$trials" --space "$space" \
-            --model "$model" --gpus 0 --seed 0 --storage "$storage" --workdir "$work/runs" --continue --timeout "$(( budget - ${GPU_REPORT_S:-90} - (SECONDS - t0) ))" \
-            >>"$work/study.log" 2>&1 </dev/null &
+        # With GPU_CONFIRM (e.g. "--top 3 --repeats 3"), `tuner confirm` follows in the same session once the
+        # study has all its trials (a run that stopped at its timeout has not).
+        local storage="sqlite:///$work/trials.db" left=$(( budget - ${GPU_REPORT_S:-90} - (SECONDS - t0) ))
+        STORAGE="$storage" DB="$work/trials.db" TRIALS="$trials" WORKDIR="$work/runs" GPU_CONFIRM="${GPU_CONFIRM:-}" \
+            setsid nohup bash -c '
+            python3 -m tuner run "$@" || exit
+            [ -n "$GPU_CONFIRM" ] || exit 0
+            python3 - "$DB" "$TRIALS" <<"PY" || { echo "gpu_sglang: confirm waits for the study to have its trials"; exit 0; }
+import sqlite3, sys
+done = sqlite3.connect(sys.argv[1]).execute("SELECT COUNT(*) FROM trials WHERE state IN (\"COMPLETE\", \"PRUNED\")")
+sys.exit(done.fetchone()[0] < int(sys.argv[2]))
+PY
+            python3 -m tuner confirm --storage "$STORAGE" --workdir "$WORKDIR" $GPU_CONFIRM' \
+            study --trials "$trials" --space "$space" --model "$model" --gpus 0 --seed 0 --storage "$storage" \
+            --workdir "$work/runs" --continue --timeout "$left" >>"$work/study.log" 2>&1 </dev/null &
         echo $! >"$pidfile"
         say "study started (pid $(cat "$pidfile")) at $(( SECONDS - t0 )) s"
     else
