@@ -246,35 +246,28 @@ PY
         return
     fi
 
-    # 4. The study, in its own session so that it outlives this call while the machine is held.
+    # 4. The study, in its own session so that it outlives this call while the machine is held. Each run gets
+    # --timeout: what is left of the call before its report (GPU_REPORT_S); it starts no trial whose expected
+    # start-up does not fit (docs/faults.md). A run that stopped at its timeout is followed by another while
+    # the call has time. With GPU_CONFIRM (e.g. "--top 3 --repeats 3"), `tuner confirm` follows in the same
+    # session once the study has all its trials.
+    local finish_at=$(( budget - ${GPU_REPORT_S:-90} )) pid shown=0
     if [ -z "$running" ]; then
         timeout -k 10 180 python3 -m tuner check --space "$space" --model "$model" || die "check failed (above)"
-        # --timeout: what is left of the call before its report (GPU_REPORT_S); the study starts no trial whose
-        # expected start-up does not fit in it, and leaves it to the next call (docs/faults.md).
-        # With GPU_CONFIRM (e.g. "--top 3 --repeats 3"), `tuner confirm` follows in the same session once the
-        # study has all its trials (a run that stopped at its timeout has not).
-        local storage="sqlite:///$work/trials.db" left=$(( budget - ${GPU_REPORT_S:-90} - (SECONDS - t0) ))
-        STORAGE="$storage" DB="$work/trials.db" TRIALS="$trials" WORKDIR="$work/runs" GPU_CONFIRM="${GPU_CONFIRM:-}" \
-            setsid nohup bash -c '
-            python3 -m tuner run "$@" || exit
-            [ -n "$GPU_CONFIRM" ] || exit 0
-            python3 - "$DB" "$TRIALS" <<"PY" || { echo "gpu_sglang: confirm waits for the study to have its trials"; exit 0; }
-import sqlite3, sys
-done = sqlite3.connect(sys.argv[1]).execute("SELECT COUNT(*) FROM trials WHERE state IN (\"COMPLETE\", \"PRUNED\")")
-sys.exit(done.fetchone()[0] < int(sys.argv[2]))
-PY
-            python3 -m tuner confirm --storage "$STORAGE" --workdir "$WORKDIR" $GPU_CONFIRM' \
-            study --trials "$trials" --space "$space" --model "$model" --gpus 0 --seed 0 --storage "$storage" \
-            --workdir "$work/runs" --continue --timeout "$left" >>"$work/study.log" 2>&1 </dev/null &
-        echo $! >"$pidfile"
-        say "study started (pid $(cat "$pidfile")) at $(( SECONDS - t0 )) s"
+        start_job "$work" "$trials" "$space" "$model" $(( finish_at - (SECONDS - t0) ))
     else
         say "study already running (pid $(cat "$pidfile")): waiting on it"
     fi
-    local pid shown=0
     pid="$(cat "$pidfile")"
-    local finish_at=$(( budget - ${GPU_REPORT_S:-90} ))
-    while kill -0 "$pid" 2>/dev/null && [ $(( SECONDS - t0 )) -lt "$finish_at" ]; do
+    local runs=1
+    while [ $(( SECONDS - t0 )) -lt "$finish_at" ]; do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            if study_done "$work/trials.db" "$trials" 2>/dev/null || [ $(( finish_at - (SECONDS - t0) )) -lt 60 ] \
+                    || [ "$runs" -ge 5 ]; then break; fi
+            runs=$(( runs + 1 ))
+            start_job "$work" "$trials" "$space" "$model" $(( finish_at - (SECONDS - t0) ))
+            pid="$(cat "$pidfile")"
+        fi
         sleep 5
         local n
         n="$(wc -l <"$work/study.log")"
@@ -324,6 +317,31 @@ PY
     say "$(( SECONDS - t0 )) s; study $(kill -0 "$pid" 2>/dev/null && echo "still running (pid $pid)" || echo ended)"
 }
 
+# `tuner run` for at most $5 seconds (then `tuner confirm` with GPU_CONFIRM once the study is done), in its own
+# session; its pid in $1/study.pid.
+start_job() {
+    local work="$1" trials="$2" space="$3" model="$4" left="$5"
+    DB="$work/trials.db" TRIALS="$trials" WORKDIR="$work/runs" GPU_CONFIRM="${GPU_CONFIRM:-}" \
+        SCRIPT="${BASH_SOURCE[0]}" setsid nohup bash -c '
+        python3 -m tuner run "$@" || exit
+        [ -n "$GPU_CONFIRM" ] || exit 0
+        bash "$SCRIPT" study-done "$DB" "$TRIALS" || exit 0
+        python3 -m tuner confirm --storage "sqlite:///$DB" --workdir "$WORKDIR" $GPU_CONFIRM' \
+        study --trials "$trials" --space "$space" --model "$model" --gpus 0 --seed 0 --storage "sqlite:///$work/trials.db" \
+        --workdir "$work/runs" --continue --timeout "$left" >>"$work/study.log" 2>&1 </dev/null &
+    echo $! >"$work/study.pid"
+    say "study run started (pid $!, --timeout $left)"
+}
+
+# Whether the study in $1 has its $2 trials (COMPLETE or PRUNED: a failure counts, an interruption does not).
+study_done() {
+    python3 - "$1" "$2" <<'PY'
+import sqlite3, sys
+done = sqlite3.connect(sys.argv[1]).execute("SELECT COUNT(*) FROM trials WHERE state IN ('COMPLETE', 'PRUNED')")
+sys.exit(done.fetchone()[0] < int(sys.argv[2]))
+PY
+}
+
 # SIGINT, as Ctrl-C: the tuner stops the server and marks the trial; up to 60 s.
 stop_study() {
     kill -INT "$1" 2>/dev/null || true
@@ -361,5 +379,6 @@ case "${1:-}" in
     prepare) prepare ;;
     take) take "${2:-}" ;;
     run) run_there ;;
+    study-done) study_done "$2" "$3" ;;
     *) echo "usage: bash scripts/gpu_sglang.sh prepare|run|take DIR   (see the header)" >&2; exit 2 ;;
 esac
