@@ -1,4 +1,4 @@
-"""Command line: `python -m tuner run|check|export|show`."""
+"""Command line: `python -m tuner run|check|export|show|twin ...`."""
 
 from __future__ import annotations
 
@@ -118,6 +118,25 @@ def _parser() -> argparse.ArgumentParser:
     read_storage_args(knowledge_export)
     knowledge_export.add_argument("--out", required=True, help="file to write (.json: JSON, else YAML; '-': stdout)")
 
+    twin = sub.add_parser("twin", help="the simulator's twin of a real study (twin fit: fit a profile to its "
+                          "trials and server logs)")
+    fit = twin.add_subparsers(dest="twin_command", required=True).add_parser(
+        "fit", help="fit a simulator profile's calibrated figures to a study's trials and server logs, write it, "
+        "and judge it on held-out trials")
+    fit.add_argument("--storage", required=True, help="the real study's Optuna storage URL, e.g. "
+                     "sqlite:///docs/gpu-sglang-0517/trials.db (an SQLite file is read from a copy)")
+    fit.add_argument("--study", default=None, help="study name (default: the storage's only study)")
+    fit.add_argument("--logs", required=True, help="the study's server logs: its runs/ folder or a .tar.gz of it")
+    fit.add_argument("--profile", required=True, metavar="BASE", help="the profile to start from (a shipped name "
+                     "or a file): every figure the fit cannot make is copied from it")
+    fit.add_argument("--out", required=True, metavar="PROFILE", help="the profile file to write")
+    fit.add_argument("--trials", default="0-", metavar="RANGE", help="trials to fit on: N-M, N- or N "
+                     "(default: all)")
+    fit.add_argument("--held-out", default=None, metavar="RANGE", help="trials to judge the fit on (default: "
+                     "those after --trials)")
+    fit.add_argument("--jit-starts", type=_numbers, default=(), metavar="N,M", help="first starts that compiled "
+                     "kernels (JIT): left out of the start-up fits")
+
     show = sub.add_parser("show", help="table of trials and failure breakdown")
     read_storage_args(show)
     show.add_argument("--sort", default="value", help="value, number, time, or a metric name")
@@ -137,6 +156,7 @@ def _numbers(text: str) -> tuple[int, ...]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # as given, for what a command writes of itself
     try:
         return _dispatch(args)
     except UsageError as exc:
@@ -172,6 +192,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         from ._run import check
 
         return 2 if check(args.space, args.simulate, args.model).errors else 0
+    if args.command == "twin":
+        from .twin import FitOptions, fit_command
+
+        return fit_command(FitOptions(args.storage, args.study, args.logs, args.profile, args.out, args.trials,
+                                      args.held_out, tuple(args.jit_starts), tuple(args.argv[2:])))
     if args.command == "space":
         from .versions import upgrade_command
 
