@@ -4,13 +4,14 @@ record what happened and stop it with nothing left running (`run_trial` strings 
 
 from __future__ import annotations
 
-from ._probe import PROGRESS_EVERY
+from ._probe import CUT_LEVEL_ATTR, PROGRESS_EVERY, TIME_BUDGET_ATTR, cut_message
 from ._procs import free_port, port_is_free
 from ._ratesearch import RATE_STEPS, slo_text
 from ._record import FEASIBILITY, note_markdown, save_note, store_log, trial_attrs, upload_log
 from ._teardown import WORKER_RECORD, end_orphans, owner_alive, read_record, this_worker, write_record
 from ._trial import TrialContext, TrialPlan, TrialResult, run_trial
 
-__all__ = ["FEASIBILITY", "PROGRESS_EVERY", "RATE_STEPS", "WORKER_RECORD", "TrialContext", "TrialPlan", "TrialResult",
-           "end_orphans", "free_port", "note_markdown", "owner_alive", "port_is_free", "read_record", "run_trial",
-           "save_note", "slo_text", "store_log", "this_worker", "trial_attrs", "upload_log", "write_record"]
+__all__ = ["CUT_LEVEL_ATTR", "FEASIBILITY", "PROGRESS_EVERY", "RATE_STEPS", "TIME_BUDGET_ATTR", "WORKER_RECORD",
+           "TrialContext", "TrialPlan", "TrialResult", "cut_message", "end_orphans", "free_port", "note_markdown",
+           "owner_alive", "port_is_free", "read_record", "run_trial", "save_note", "slo_text", "store_log", "this_worker",
+           "trial_attrs", "upload_log", "write_record"]
