@@ -24,7 +24,9 @@ What is compared, per trial:
   the same step, and kept out of the headline figures: a figure taken in the middle of a wave of prefills
   says more about where the level was stopped than about the configuration.
 Left out: trials that measured nothing of the configuration (interrupted, worker died, surplus, client too
-slow), and trials that reused another trial's measurement (no restart). Start-up times are shown, not judged:
+slow), trials whose probe was cut at its time budget before enough requests finished (probe_cut, or recorded as
+ok before that kind: tuner/_failures.py `measured`), and trials that reused another trial's measurement (no
+restart). Start-up times are shown, not judged:
 a first start on a machine adds JIT compiles the simulator does not model.
 
 Targets (the verdict line): Spearman rho >= 0.8 between predicted and real output tok/s over the completed
@@ -221,6 +223,10 @@ def real_outcome(trial: Any, spec: Any) -> Real | str:
         return f"same measurement as trial {attrs['reused_from']} (not restarted)"
     if kind in NOT_MEASURED:
         return f"{kind}: measured nothing of the configuration"
+    from tuner._failures import measured
+
+    if not measured(attrs, spec.probe.requests):
+        return "probe cut at its time budget before enough requests finished: not a measurement"
     if kind == "wrong_answer" and str(attrs.get("failure_message", "")).startswith(OLD_AGREEMENT):
         return "wrong_answer by the exact agreement check of its day; today's gate allows near-ties"
     if state == "COMPLETE" and kind == "none":
