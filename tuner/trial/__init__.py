@@ -13,5 +13,5 @@ from ._trial import TrialContext, TrialPlan, TrialResult, run_trial
 
 __all__ = ["CUT_LEVEL_ATTR", "FEASIBILITY", "PROGRESS_EVERY", "RATE_STEPS", "TIME_BUDGET_ATTR", "WORKER_RECORD",
            "TrialContext", "TrialPlan", "TrialResult", "cut_message", "end_orphans", "free_port", "note_markdown",
-           "owner_alive", "port_is_free", "read_record", "run_trial", "save_note", "slo_text", "store_log", "this_worker",
-           "trial_attrs", "upload_log", "write_record"]
+           "owner_alive", "port_is_free", "read_record", "run_trial", "save_note", "slo_text", "store_log",
+           "this_worker", "trial_attrs", "upload_log", "write_record"]
