@@ -99,7 +99,8 @@ CASES = [
     Case("in-stream error events on 20% of requests", "errors_under_load", "stream_error",
          faults="stream_error_rate=0.2"),
     Case("60 MB log burst", "none", "log_burst", faults="log_burst=60"),
-    Case("slow drip (a token every 2 s)", "none", "slow_drip", faults="slow_drip=2", visible=False),
+    # No request finishes within the budget: the level's figure is its start, not a measurement.
+    Case("slow drip (a token every 2 s)", "probe_cut", "slow_drip", faults="slow_drip=2", visible=False),
 ]
 
 SPACE = """

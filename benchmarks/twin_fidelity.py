@@ -24,7 +24,9 @@ What is compared, per trial:
   the same step, and kept out of the headline figures: a figure taken in the middle of a wave of prefills
   says more about where the level was stopped than about the configuration.
 Left out: trials that measured nothing of the configuration (interrupted, worker died, surplus, client too
-slow), and trials that reused another trial's measurement (no restart). Start-up times are shown, not judged:
+slow), trials whose probe was cut at its time budget before enough requests finished (probe_cut, or recorded as
+ok before that kind: tuner/_failures.py `measured`), and trials that reused another trial's measurement (no
+restart). Start-up times are shown, not judged:
 a first start on a machine adds JIT compiles the simulator does not model.
 
 Targets (the verdict line): Spearman rho >= 0.8 between predicted and real output tok/s over the completed

@@ -106,6 +106,8 @@ def test_in_sample_and_held_out_rows_match_the_study_and_leave_it_alone(trials):
     held_out = next(lines for name, lines in sections.items() if name.startswith("held-out set"))
     _check_section(calibration, {n for n in trials if n <= 6}, trials)
     _check_section(held_out, {n for n in trials if n >= 7}, trials)
+    # Trial 27 was recorded ok, its probe cut before a request finished: no measurement to judge the twin by.
+    assert any(re.match(r"\s*27  not compared: probe cut at its time budget", line) for line in held_out), held_out
     assert hashlib.sha256(DB.read_bytes()).hexdigest() == before and sorted(DB.parent.iterdir()) == files
 
 

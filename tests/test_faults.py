@@ -273,20 +273,25 @@ def test_logprob_consistency_uses_the_prompt_ids_from_tokenize_or_is_skipped_wit
     assert tuner.leftovers() == {}
 
 
-def test_slow_server_is_measured_within_the_probe_budget(tuner):
+def test_slow_server_is_cut_at_the_probe_budget_and_fails_as_probe_cut(tuner):
     """A server that streams one token every 2 s: the probe ends each level at its share of
-    probe.time-budget and records what streamed until then, instead of minutes per trial. Its stall-timeout
-    (5 s here) is longer than the 2 s the server goes without a word: a slow server, not a hung one (the
-    re-check's request waits a step of the streams the probe left running)."""
+    probe.time-budget, instead of minutes per trial. No request finished: what streamed until then is the
+    level's start, not a measurement, and the trial fails as probe_cut with the figures it had. Its
+    stall-timeout (10 s here) is longer than the 2 s the server goes without a word: a slow server, not a
+    hung one."""
     space = tuner.space(instant_space("faults", stall_timeout=10).replace("  warmup: 0\n",
                                                                         "  warmup: 0\n  time-budget: 6\n"))
     done = tuner.run("run", "--trials", "1", "--space", str(space), "--simulate", "instant",
                      env={"TUNER_SIM_FAULTS": "slow_drip=2", "TUNER_SIM_STARTUP_SCALE": "0.5"})
     assert done.returncode == 0, done.stderr
     t = tuner.study("faults").trials[0]
-    assert t.state == TrialState.COMPLETE, t.user_attrs.get("failure_message")
-    assert t.user_attrs["cut"] is True
-    assert 0 < t.user_attrs["output_throughput"] < 100
+    assert t.state == TrialState.PRUNED and t.user_attrs["failure_kind"] == "probe_cut", t.user_attrs
+    assert t.user_attrs["feasible"] is False and "output_throughput" not in t.user_attrs  # never an ok figure
+    level = t.user_attrs["cut_level"]
+    assert level["cut"] is True and level["completed"] == 0 and level["requests"] == 80
+    assert 0 < level["output_throughput"] < 100
+    assert t.user_attrs["probe_time_budget"] == 6
+    assert "with 0 of 80 requests finished at concurrency 40" in t.user_attrs["failure_message"]
     assert t.user_attrs["stage_seconds"]["probe"] < 6 + 2
     assert tuner.leftovers() == {}
 
@@ -307,15 +312,17 @@ def test_pruner_stops_a_slow_server_once_it_cannot_catch_up_with_the_best(tuner)
 
 
 def test_probe_prune_false_measures_a_slow_server_to_its_end(tuner):
-    """The same slow server under `probe.prune: false`: measured until its budget, never stopped early."""
+    """The same slow server under `probe.prune: false`: measured until its budget, never stopped early; cut
+    there before a request finished, it fails as probe_cut."""
     space = tuner.space(FAULT_SPACE.replace("  warmup: 0\n", "  warmup: 0\n  time-budget: 8\n  prune: false\n"))
     assert tuner.run("run", "--trials", "1", "--space", str(space), "--simulate", "instant").returncode == 0
     done = tuner.run("run", "--trials", "2", "--space", str(space), "--simulate", "instant",
                      env={"TUNER_SIM_FAULTS": "slow_drip=0.5"})
     assert done.returncode == 0, done.stderr
     slow = tuner.study("faults").trials[1]
-    assert slow.state == TrialState.COMPLETE and not slow.user_attrs.get("stopped_early"), slow.user_attrs
-    assert slow.user_attrs["cut"] is True  # it ran to the end of its budget
+    assert slow.user_attrs["failure_kind"] == "probe_cut" and not slow.user_attrs.get("stopped_early"), \
+        slow.user_attrs
+    assert slow.user_attrs["cut_level"]["cut"] is True  # it ran to the end of its budget
     assert tuner.leftovers() == {}
 
 

@@ -328,3 +328,37 @@ def test_logprob_drift_within_the_tolerance_is_caught_against_the_baseline(tuner
     assert "more than the baseline's" in drift.user_attrs["failure_message"]
     assert "(tolerance" not in drift.user_attrs["failure_message"]  # within the absolute tolerance
     assert fp8.user_attrs["feasible"], fp8.user_attrs.get("failure_message")  # other precision: absolute only
+
+
+def test_a_probe_cut_before_a_wave_finished_is_a_failure_and_show_suggests_a_budget(tuner):
+    """A server that decodes one request at a time (max-running-requests 1, a decode step every 0.05 s) finishes
+    a few of 80 requests in the probe's 6 s, where a wave is 40: the trial fails as probe_cut, is never the
+    best, and `show` names the budget that would fit. The baseline, 40 at a time, finishes in about 3 s."""
+    space = tuner.space(instant_space(
+        "cut", params="  max-running-requests: {type: categorical, choices: [64, 1]}\n",
+        baseline="{max-running-requests: 64}", probe_timeout=60,
+        extra="try-first:\n  - {max-running-requests: 1}\n",
+    ).replace("  warmup: 0\n", "  warmup: 0\n  time-budget: 6\n  prune: false\n  check-tokens: 0\n"))
+    done = tuner.run("run", "--trials", "2", "--space", str(space), "--simulate", "instant",
+                     env={"TUNER_SIM_FAULTS": "slow_drip=0.05"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    baseline, slow = tuner.study("cut").trials
+    assert baseline.user_attrs["feasible"] is True, baseline.user_attrs.get("failure_message")
+    assert slow.params == {"max-running-requests": 1}
+    assert slow.state == TrialState.PRUNED and slow.user_attrs["failure_kind"] == "probe_cut", slow.user_attrs
+    assert slow.user_attrs["feasible"] is False and "output_throughput" not in slow.user_attrs
+    level = slow.user_attrs["cut_level"]
+    assert level["cut"] is True and level["completed"] < 40 and level["requests"] == 80
+    assert level["expected_output_tokens"] == 80 * 24
+    assert "probe_cut" in done.stderr  # its progress line
+    shown = tuner.run("show", env={"COLUMNS": "200"})
+    assert shown.returncode == 0, shown.stderr
+    assert "winner: trial 0 (not confirmed)" in shown.stdout
+    assert re.search(r"^\s+1  probe_cut\s", shown.stdout, re.M), shown.stdout
+    message = re.search(r"trial 1 \(probe_cut\): probe cut at its 6 s budget \(\d s for this level\) with "
+                        rf"{level['completed']} of 80 requests finished at concurrency 40, at least 40 needed: not a "
+                        r"measurement; probe.time-budget: (\d+) would fit \(estimated from [\d,]+ tok/s\)",
+                        " ".join(shown.stdout.split()))
+    assert message, shown.stdout
+    assert int(message.group(1)) > 6
+    assert tuner.leftovers() == {}

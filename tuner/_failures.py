@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +26,12 @@ class FailureKind(str, enum.Enum):
     CRASH_UNDER_LOAD = "crash_under_load"
     ERRORS_UNDER_LOAD = "errors_under_load"
     SLO_VIOLATION = "slo_violation"
+    # The objective's level hit its share of probe.time-budget before enough requests finished (`enough_finished`):
+    # its figure is mostly the start of the level, not a measurement. Blamed on the configuration: one that
+    # cannot finish a wave in the budget is far slower than the ones that do, and infeasible ranks it below
+    # every measured trial, where it belongs. Not carried (`carries`): too slow is relative to a budget and a
+    # workload, not a kernel's failure.
+    PROBE_CUT = "probe_cut"
     # max_rate_under_slo: no tested rate met the SLO attainment (the message names the closest seen).
     SLO_UNREACHABLE = "slo_unreachable"
     # Not the configuration's fault: never taught to the sampler as a bad region.
@@ -89,6 +96,40 @@ def carries_trial(attrs: Mapping[str, Any]) -> str | None:
         return FailureKind(attrs.get("failure_kind")).carries
     except ValueError:
         return None
+
+
+def enough_finished(concurrency: int, requests: int) -> int:
+    """How many of a closed-loop level's requests must finish before a level cut at its time budget is a
+    measurement: one wave of its concurrency, or half its requests where that is fewer; never none.
+
+    Tokens still streaming at the cut count, so the figure covers everything the server did until then. A closed
+    loop of C streams starts with C prefills at once: until a wave has finished, what was counted is mostly that
+    start (prefill, queueing, the first decode steps), and says how the server starts, not how fast it serves.
+    Once a wave has finished, every stream has turned over once and the figure is the server's pace. Half the
+    requests is the bar where the level has less than two waves (a level of one wave cut at 127 of 128 is fair)."""
+    wave = concurrency if concurrency > 0 else requests
+    return max(1, min(wave, math.ceil(requests / 2)))
+
+
+def cut_short(level: Mapping[str, Any], requests: int | None = None) -> bool:
+    """Whether a probe level's figures (LevelMetrics.as_dict) say it was cut at its time budget before enough
+    requests finished. `requests`: the level's count where its figures do not hold it (recorded before they did);
+    without either, one wave of its concurrency is the bar."""
+    if not level.get("cut"):
+        return False
+    n = level.get("requests") or requests
+    concurrency = int(level.get("concurrency") or 0)
+    need = enough_finished(concurrency, int(n)) if n else max(1, concurrency)
+    return int(level.get("completed") or 0) < need
+
+
+def measured(attrs: Mapping[str, Any], requests: int | None = None) -> bool:
+    """Whether a trial's objective figure is a measurement of its configuration: not a PROBE_CUT, nor (recorded
+    before that kind) a trial whose objective level, kept in its top-level attributes, was cut short. Under
+    max_rate_under_slo the objective is the rate search's, which judges its own cut steps."""
+    if attrs.get("failure_kind") == FailureKind.PROBE_CUT.value:
+        return False
+    return "rate_search" in attrs or not cut_short(attrs, requests)
 
 
 class TrialFailure(Exception):

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 import yaml
+from optuna.trial import TrialState
 
-from conftest import Tuner, instant_space
+from conftest import REPO, Tuner, instant_space
+from tuner.results._progress import summary
+from tuner.results._results import distinct_ranked, eligible, is_measurement, winner
+from tuner.search import load_study
+from tuner.spec import parse_spec
 
 # Triton attention "needs a newer GPU": every trial with it crashes at start, with a long exception line.
 # CUDA graphs are off in nearly every trial, crashed or not: frequent among the crashes, but no cause.
@@ -144,3 +150,28 @@ def test_show_reads_studies_from_before_per_request_figures():
     assert workload_as_sent(study.user_attrs, None, study.trials) == (
         "workload as sent (trial 0, concurrency 128): 384 requests, prompt 1225.0 tokens a request (level total), "
         "output 128.0 tokens a request; probe.input-len counts words")
+
+
+def test_an_old_studys_probe_cut_short_is_no_measurement(tmp_path):
+    """Trial 27 of the first real GPU study was recorded COMPLETE and ok at 132 tok/s: its level was cut at its
+    time budget with 0 of 384 requests finished. Read back today it is probe_cut: not ok, neither the best nor a
+    candidate of confirm, and `show` names the budget that would have fitted. Read from a copy."""
+    shutil.copyfile(REPO / "docs" / "gpu-sglang-0517" / "trials.db", tmp_path / "trials.db")
+    storage = f"sqlite:///{tmp_path / 'trials.db'}"
+    study = load_study(storage, None)
+    cut = study.trials[27]
+    assert cut.state == TrialState.COMPLETE and cut.user_attrs["feasible"] is True  # as recorded
+    assert not is_measurement(cut, study)
+    assert all(is_measurement(t, study) for t in study.trials if t.number != 27)
+    assert 27 not in {t.number for t in eligible(study)}
+    assert 27 not in {t.number for t in distinct_ranked(study)}  # confirm --top K takes its candidates from these
+    assert winner(study).trial.number == 6
+    assert summary(study, parse_spec(study.user_attrs["space_source"], "stored")).startswith(
+        "31 trials: 11 qualified; ")
+    out = Tuner(tmp_path).run("show", "--storage", storage, env={"COLUMNS": "200"}).stdout
+    row, = [line for line in out.splitlines() if line.startswith("   27  ")]
+    assert row.split()[1:6] == ["probe_cut", "-", "-", "-", "182.7"], row  # its time, no figure
+    assert ("trial 27 (probe_cut): probe cut at its 120 s budget (79 s for this level) with 0 of 384 requests "
+            "finished at concurrency 128, at least 128 needed: not a measurement; probe.time-budget: 720 would fit "
+            "(estimated from 132 tok/s)") in " ".join(out.split())
+    assert "  probe_cut: 1 trial(s)" in out

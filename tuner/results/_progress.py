@@ -16,7 +16,7 @@ from typing import Any, TextIO
 import optuna
 from optuna.trial import TrialState
 
-from .._failures import FailureKind
+from .._failures import FailureKind, measured
 from ..spec import Spec
 
 
@@ -58,7 +58,7 @@ class Progress:
     def _learn(self, number: int, attrs: dict[str, Any]) -> None:
         if attrs.get("reused_from") is None and attrs.get("total_seconds"):
             self.seconds.append(float(attrs["total_seconds"]))
-        if attrs.get("feasible"):
+        if attrs.get("feasible") and measured(attrs, self.spec.probe.requests):
             value = attrs.get(self.spec.objective.metric, 0.0)
             if self.best is None or (value > self.best[1] if self.spec.objective.direction == "maximize"
                                      else value < self.best[1]):
@@ -165,13 +165,18 @@ def summary(study: optuna.Study, spec: Spec, top: int = 5, dashboard: str | None
 
     trials = study.get_trials(deepcopy=False)
     metric = spec.objective.metric
-    feasible = [t for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("feasible")]
+    # A probe cut short recorded as ok (before probe_cut was a kind) is counted as what it was.
+    cut = {t.number for t in trials if not measured(t.user_attrs, spec.probe.requests)}
+    feasible = [t for t in trials if t.state == TrialState.COMPLETE and t.user_attrs.get("feasible")
+                and t.number not in cut]
     reverse = spec.objective.direction == "maximize"
     feasible.sort(key=lambda t: t.user_attrs.get(metric, 0.0), reverse=reverse)
-    kinds = Counter(t.user_attrs.get("failure_kind", t.state.name.lower()) for t in trials
-                    if not t.user_attrs.get("feasible"))
+    kinds = Counter(FailureKind.PROBE_CUT.value if t.number in cut else
+                    t.user_attrs.get("failure_kind", t.state.name.lower()) for t in trials
+                    if not t.user_attrs.get("feasible") or t.number in cut)
     spent = sum(t.user_attrs.get("total_seconds", 0.0) for t in trials)
-    wasted = sum(t.user_attrs.get("total_seconds", 0.0) for t in trials if not t.user_attrs.get("feasible"))
+    wasted = sum(t.user_attrs.get("total_seconds", 0.0) for t in trials
+                 if not t.user_attrs.get("feasible") or t.number in cut)
     lines = [f"{len(trials)} trials: {len(feasible)} qualified; "
              + (", ".join(f"{k} {n}" for k, n in kinds.most_common()) or "no failures"),
              f"time in trials {duration(spent)}, of which {duration(wasted)} on trials that did not qualify"]

@@ -25,6 +25,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from .._errors import NoEligibleTrialError, UsageError
+from .._failures import FailureKind, measured
 from ..search import load_study
 from ..trial import slo_text
 from ._export import launch_argv
@@ -117,13 +118,18 @@ def _pyplot():
 # -- what the trials say ------------------------------------------------------------------------------------
 
 def _feasible(t: FrozenTrial) -> bool:
-    return t.user_attrs.get("feasible") is True and all(v <= 0 for v in t.constraints.values())
+    """Qualified: every gate and SLO passed, and a measurement (an old record of a probe cut short is not: its
+    level's requests are read from its figures, else one wave of its concurrency is the bar)."""
+    return (t.user_attrs.get("feasible") is True and all(v <= 0 for v in t.constraints.values())
+            and measured(t.user_attrs))
 
 
 def _kind(t: FrozenTrial) -> str:
     if t.state == TrialState.FAIL:
         return t.user_attrs.get("failure_kind") or "fail"
     kind = t.user_attrs.get("failure_kind")
+    if kind in (None, "none") and not measured(t.user_attrs):
+        return FailureKind.PROBE_CUT.value
     if kind in (None, "none") and not _feasible(t):
         return "stopped_early" if t.user_attrs.get("stopped_early") else "not_qualified"
     return kind or "none"
@@ -415,7 +421,7 @@ def _failures(plt, rep: Report, folder: Path) -> Chart:
     from matplotlib.ticker import MaxNLocator
 
     chart = Chart("failures", "Failure breakdown")
-    chart.note = failure_breakdown(rep.trials)
+    chart.note = failure_breakdown(rep.trials, cut={t.number for t in rep.trials if not measured(t.user_attrs)})
     counts = Counter(_kind(t) for t in rep.trials)
     fig, ax = plt.subplots(figsize=(8, max(2.5, 0.45 * len(counts) + 1.2)))
     items = sorted(counts.items(), key=lambda kv: (kv[0] != "none", kv[1]))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,6 +11,10 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from .._errors import NoEligibleTrialError
+from .._failures import measured
+from ..search import CONTEXT_ATTR
+from ..spec import parse_spec
+from ..trial import CUT_LEVEL_ATTR, TIME_BUDGET_ATTR, cut_message
 from ._certainty import SURE, Comparison
 
 CONFIRMED_ATTR = "confirmed_winner"
@@ -145,12 +150,46 @@ def distinct_ranked(study: optuna.Study) -> list[FrozenTrial]:
 
 
 def eligible(study: optuna.Study) -> list[FrozenTrial]:
-    """COMPLETE trials that passed every gate and every SLO: the only ones that may be deployed."""
+    """COMPLETE trials that passed every gate and every SLO, and whose figure is a measurement: the only ones
+    that may be deployed."""
+    requests = _workload(study).get("requests")
     out = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if t.user_attrs.get("feasible") is True and all(v <= 0 for v in t.constraints.values()):
+        if (t.user_attrs.get("feasible") is True and all(v <= 0 for v in t.constraints.values())
+                and measured(t.user_attrs, requests)):
             out.append(t)
     return out
+
+
+def is_measurement(trial: FrozenTrial, study: optuna.Study) -> bool:
+    """Whether the trial's objective figure measures its configuration: not a probe cut at its time budget before
+    enough requests finished, whether recorded as probe_cut or, before that kind, as a COMPLETE trial."""
+    return measured(trial.user_attrs, _workload(study).get("requests"))
+
+
+def cut_note(trial: FrozenTrial, study: optuna.Study) -> str | None:
+    """For a trial whose probe was cut short: what its objective level measured and the probe.time-budget that
+    would fit, from what it recorded (the study's workload and space where it predates probe_cut)."""
+    if is_measurement(trial, study):
+        return None
+    attrs = trial.user_attrs
+    work = _workload(study)
+    requests, output_len = work.get("requests"), work.get("output_len")
+    budget = attrs.get(TIME_BUDGET_ATTR)
+    if budget is None:
+        try:
+            budget = parse_spec(study.user_attrs["space_source"], "<stored space>").probe.time_budget
+        except Exception:  # an old or missing space: the message goes without the budget
+            budget = None
+    expected = requests * output_len if isinstance(requests, int) and isinstance(output_len, int) else None
+    return cut_message(attrs.get(CUT_LEVEL_ATTR) or attrs, budget, requests, expected)
+
+
+def _workload(study: optuna.Study) -> Mapping[str, Any]:
+    """The probe's workload as the study's context recorded it (requests per level, output length)."""
+    context = study.user_attrs.get(CONTEXT_ATTR)
+    work = context.get("workload") if isinstance(context, Mapping) else None
+    return work if isinstance(work, Mapping) else {}
 
 
 def best_trial(study: optuna.Study, number: int | None = None) -> FrozenTrial:

@@ -6,15 +6,17 @@ import shlex
 import shutil
 import textwrap
 from collections import Counter, defaultdict
+from collections.abc import Collection, Mapping
 
 from optuna.trial import FrozenTrial, TrialState
 
 from .._errors import NoEligibleTrialError
+from .._failures import FailureKind
 from .._redact import redact_url
 from ..search import CONTEXT_ATTR, LEARNED_ATTR, describe_context, describe_learning, load_study
 from ..trial import LENGTHS_ATTR
 from ._progress import fit, format_value, table
-from ._results import certainty_lines, objective_metric, winner
+from ._results import certainty_lines, cut_note, objective_metric, winner
 from ._which_study import target_args
 
 # Each column one precision: throughput to 0.1 tok/s, TTFT to the ms, ITL to 0.1 ms, time to 0.1 s.
@@ -38,12 +40,20 @@ def show(storage: str, study_name: str | None, sort: str = "value", failed_only:
         best = winner(study)
     except NoEligibleTrialError:
         best = None
-    trials = [t for t in everything if not t.user_attrs.get("feasible")] if failed_only else everything
+    # Probes cut short, recorded as probe_cut or (before that kind) as ok: what each measured, what budget fits.
+    cut = {t.number: note for t in everything if (note := cut_note(t, study))}
+
+    def ok(t: FrozenTrial) -> bool:
+        return bool(t.user_attrs.get("feasible")) and t.number not in cut
+
+    trials = [t for t in everything if not ok(t)] if failed_only else everything
     keyed = {"number": lambda t: t.number, "time": lambda t: -t.user_attrs.get("total_seconds", 0.0),
-             "value": lambda t: -float(t.user_attrs.get(metric, 0.0) if t.user_attrs.get("feasible") else -1)}
+             "value": lambda t: -float(t.user_attrs.get(metric, 0.0) if ok(t) else -1)}
     trials = sorted(trials, key=keyed.get(sort, lambda t: -float(t.user_attrs.get(sort, 0.0) or 0.0)))
-    rows = [[t.number, _outcome(t, best), *[_cell(t.user_attrs.get(key), fmt) for _, key, fmt in _METRICS]]
-            for t in trials]
+    # A cut probe's figures are no measurement: only its time is shown.
+    rows = [[t.number, _outcome(t, best, t.number in cut),
+             *[_cell(t.user_attrs.get(key) if t.number not in cut or key == "total_seconds" else None, fmt)
+               for _, key, fmt in _METRICS]] for t in trials]
     header = ["trial", "outcome", *[name for name, _, _ in _METRICS]]
     if wide:  # every parameter, one column each
         names = list(dict.fromkeys(k for t in everything for k in t.params))
@@ -82,8 +92,8 @@ def show(storage: str, study_name: str | None, sort: str = "value", failed_only:
         parts.append(textwrap.fill("learned: " + describe_learning(study.user_attrs[LEARNED_ATTR], first),
                                    width=width, subsequent_indent="  ", break_on_hyphens=False,
                                    break_long_words=False))
-    parts.append(failure_breakdown(everything, width))
-    parts.append(_messages(trials, width))
+    parts.append(failure_breakdown(everything, width, cut))
+    parts.append(_messages(trials, width, cut))
     return "\n\n".join(p for p in parts if p)
 
 
@@ -132,9 +142,10 @@ def _cell(value, fmt: str) -> str:
     return fmt.format(value) if isinstance(value, (int, float)) else "-"
 
 
-def _outcome(t: FrozenTrial, best) -> str:
+def _outcome(t: FrozenTrial, best, cut: bool = False) -> str:
     a = t.user_attrs
-    text = "ok" if a.get("feasible") else a.get("failure_kind") or t.state.name.lower()
+    text = FailureKind.PROBE_CUT.value if cut else "ok" if a.get("feasible") else a.get("failure_kind") \
+        or t.state.name.lower()
     if a.get("reused_from") is not None:
         text += f" (={a['reused_from']})"
     if best is not None and best.trial.number == t.number:
@@ -153,14 +164,15 @@ def _differences(t: FrozenTrial, reference: FrozenTrial | None, room: int, seen:
     return fit([f"{k}={format_value(t.params[k])}" for k in names], room)
 
 
-def failure_breakdown(trials: list[FrozenTrial], width: int = 120) -> str:
+def failure_breakdown(trials: list[FrozenTrial], width: int = 120, cut: Collection[int] = ()) -> str:
     """For each failure kind, the parameter values that set its trials apart: ranked by how much more often they
     occur among them than among all trials (lift), not by how often (a value most trials have is frequent among
-    failures too, and explains nothing). Interrupted trials are no configuration's fault."""
+    failures too, and explains nothing). Interrupted trials are no configuration's fault. `cut`: the trials whose
+    probe was cut short (`cut_note`), counted as probe_cut whatever they recorded."""
     finished = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
     by_kind: dict[str, list[FrozenTrial]] = defaultdict(list)
     for t in trials:
-        kind = t.user_attrs.get("failure_kind")
+        kind = FailureKind.PROBE_CUT.value if t.number in cut else t.user_attrs.get("failure_kind")
         if kind and kind != "none":
             by_kind[kind].append(t)
     if not by_kind:
@@ -186,12 +198,17 @@ def failure_breakdown(trials: list[FrozenTrial], width: int = 120) -> str:
     return "\n".join([heading, *lines])
 
 
-def _messages(trials: list[FrozenTrial], width: int) -> str:
-    """Every failure message in full, once per distinct message, with the trials that had it."""
+def _messages(trials: list[FrozenTrial], width: int, cut: Mapping[int, str]) -> str:
+    """Every failure message in full, once per distinct message, with the trials that had it. A probe cut short
+    says what it measured and the budget that would fit (`cut_note`), from what it recorded."""
     groups: dict[tuple[str, str], list[int]] = defaultdict(list)
     for t in sorted(trials, key=lambda t: t.number):
         a = t.user_attrs
-        if a.get("failure_message") and not a.get("feasible") and a.get("reused_from") is None:
+        if a.get("reused_from") is not None:
+            continue
+        if t.number in cut:
+            groups[(FailureKind.PROBE_CUT.value, cut[t.number])].append(t.number)
+        elif a.get("failure_message") and not a.get("feasible"):
             groups[(a.get("failure_kind", "?"), a["failure_message"])].append(t.number)
     if not groups:
         return ""

@@ -30,7 +30,7 @@ import yaml
 from optuna.trial import FrozenTrial, TrialState
 
 from .._errors import KnowledgeError
-from .._failures import KERNEL, MEMORY, FailureKind, carries_trial, failed_capturing
+from .._failures import KERNEL, MEMORY, FailureKind, carries_trial, failed_capturing, measured
 from .._files import write_atomically
 from .._redact import redact_url
 from ._context import ATTR as CONTEXT_ATTR, ENGINE_NAMES
@@ -253,9 +253,11 @@ def _ran(finished: Sequence[FrozenTrial]) -> dict[str, tuple[Any, ...]]:
 def _good(finished: Sequence[FrozenTrial], context: Mapping[str, Any], study: str, maximize: bool) -> list[GoodConfig]:
     """The best distinct configurations that passed every gate (by the first objective), the best of each shape
     first (`_shape`): a study's best three often differ only in an amount (a memory fraction), and a later
-    study, on another model, learns more from three backends than from one backend three times."""
+    study, on another model, learns more from three backends than from one backend three times. A probe cut
+    short is no measurement (`measured`), even where it was recorded as one."""
+    requests = (context.get("workload") or {}).get("requests")
     eligible = [t for t in finished if t.state == TrialState.COMPLETE and t.user_attrs.get("feasible") is True
-                and _violation(t) <= 0 and t.values]
+                and _violation(t) <= 0 and t.values and measured(t.user_attrs, requests)]
     sign = 1.0 if maximize else -1.0
     ranked: list[FrozenTrial] = []
     seen: set[str] = set()

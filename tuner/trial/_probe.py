@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from .._failures import FailureKind, ProbeStopped, TrialFailure
+from .._failures import FailureKind, ProbeStopped, TrialFailure, cut_short, enough_finished
 from ..engines import Engine
 from ..spec import ProbeSpec
 from ._arrivals import send_offsets
@@ -61,6 +61,8 @@ class LevelMetrics:
     total_throughput: float
     latency_ms: Mapping[str, float]  # e.g. {"p99_ttft_ms": ..., "mean_itl_ms": ...}
     cut: bool = False  # ended at its share of probe.time-budget: figures over what streamed until then
+    requests: int = 0  # sent or due in all, and the output tokens they ask for (what a cut level fell short of)
+    expected_output_tokens: int = 0
     rate: float | None = None  # requests/s offered (open loop); None: a closed loop of `concurrency` streams
     # Steady-state output throughput; for open-loop levels how late the client sent (send_lateness_*_ms);
     # with SLOs, goodput and attainment (tuner/trial/_goodput.py).
@@ -75,7 +77,8 @@ class LevelMetrics:
     def as_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in ("concurrency", "duration", "completed", "errors", "total_input_tokens",
                                             "total_output_tokens", "request_throughput", "output_throughput",
-                                            "total_throughput", "cut")}
+                                            "total_throughput", "cut", "requests",
+                                            "expected_output_tokens")}
         if self.rate is not None:
             d["rate"] = self.rate
         d.update(self.latency_ms)
@@ -102,6 +105,42 @@ class ProbeResult:
         if name == "max_rate_under_slo":
             return float(self.rate_search.rate) if self.rate_search and self.rate_search.rate is not None else 0.0
         return self.level(concurrency).metric(name)
+
+
+# A PROBE_CUT trial's attributes: its objective level's figures, and the probe's time budget it was cut under.
+CUT_LEVEL_ATTR = "cut_level"
+TIME_BUDGET_ATTR = "probe_time_budget"
+# A suggested budget: the pace of a cut level is that of its start, which may be slower or faster than the rest;
+# a quarter more, in whole minutes, so that a level near the estimate is not cut again.
+BUDGET_MARGIN = 1.25
+
+
+def cut_message(level: Mapping[str, Any], time_budget: float | None, requests: int | None = None,
+                expected_tokens: int | None = None) -> str:
+    """What a level cut short measured, and the probe.time-budget that would fit it, estimated from its pace so
+    far: its budget grown as much as the level's share must grow (every level gets an equal share).
+    `requests` and `expected_tokens` where its figures do not hold them (recorded before they did)."""
+    n = int(level.get("requests") or requests or 0)
+    expected = level.get("expected_output_tokens") or expected_tokens
+    concurrency = int(level.get("concurrency") or 0)
+    share = float(level.get("duration") or 0.0)
+    at = f"its {time_budget:g} s budget ({share:.0f} s for this level)" if time_budget else "its time budget"
+    of = f" of {n}" if n else ""
+    need = f", at least {enough_finished(concurrency, n)} needed" if n else ""
+    text = (f"probe cut at {at} with {int(level.get('completed') or 0)}{of} requests finished at concurrency "
+            f"{concurrency}{need}: not a measurement")
+    pace = float(level.get("output_throughput") or 0.0)
+    per_request = float(level.get("request_throughput") or 0.0)
+    if pace > 0 and expected:
+        seconds, basis = expected / pace, f"{pace:,.0f} tok/s"
+    elif per_request > 0 and n:
+        seconds, basis = n / per_request, f"{per_request:.2f} requests/s"
+    else:
+        return text + "; nothing streamed to estimate a budget from"
+    if not time_budget or share <= 0:
+        return text + f"; the level would need about {seconds:.0f} s (estimated from {basis})"
+    fits = math.ceil(time_budget * seconds / share * BUDGET_MARGIN / 60) * 60
+    return text + f"; probe.time-budget: {fits} would fit (estimated from {basis})"
 
 
 # In front of every prompt of the check wave, so that it shares no prefix with a timed prompt.
@@ -172,6 +211,11 @@ async def _probe(base_url: str, headers: Mapping[str, str], engine: Engine, spec
                 report = on_progress if conc == target and rate_search is None else None
                 levels.append(await _race(watch, _level(client, engine, spec, conc, work, report, step_base,
                                                           check_text, share())))
+                if conc == target and rate_search is None and cut_short(levels[-1].as_dict()):
+                    figures = {k: round(v, 4) if isinstance(v, float) else v
+                               for k, v in levels[-1].as_dict().items()}
+                    raise TrialFailure(FailureKind.PROBE_CUT, cut_message(figures, spec.time_budget), "", "probe",
+                                       {CUT_LEVEL_ATTR: figures, TIME_BUDGET_ATTR: spec.time_budget})
             slo = SloVerdict(goodput_slo, None) if goodput_slo else None  # measured, never an early stop
             for i, rate in enumerate(spec.rates):
                 work = make_workload(spec, spec.requests, salt=-10 - i, tokens=tokens)
@@ -403,7 +447,8 @@ async def _level(client: StreamClient, engine: Engine, spec: ProbeSpec, concurre
         extra.update(goodput([*finished, *streaming], slo.slo_ms, duration))
         extra["slo_missed_early"] = float(missed)
     return dataclasses.replace(metrics, rate=open_loop.rate if open_loop else None,
-                               concurrency=cap or 0, extra=extra)
+                               concurrency=cap or 0, extra=extra, requests=len(work),
+                               expected_output_tokens=expected_tokens)
 
 
 async def _one(client: StreamClient, engine: Engine, item: WorkItem, want_logprobs: bool,

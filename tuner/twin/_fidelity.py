@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._failures import measured
+
 METRIC = "output_throughput"  # what tuner.sim.predict predicts (output_tok_s)
 RHO_TARGET = 0.8
 ERROR_TARGET = 0.15
@@ -190,6 +192,8 @@ def real_outcome(trial: Any, spec: Any) -> Real | str:
         return f"same measurement as trial {attrs['reused_from']} (not restarted)"
     if kind in NOT_MEASURED:
         return f"{kind}: measured nothing of the configuration"
+    if not measured(attrs, spec.probe.requests):
+        return "probe cut at its time budget before enough requests finished: not a measurement"
     if kind == "wrong_answer" and str(attrs.get("failure_message", "")).startswith(OLD_AGREEMENT):
         return "wrong_answer by the exact agreement check of its day; today's gate allows near-ties"
     if state == "COMPLETE" and kind == "none":
