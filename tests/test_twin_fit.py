@@ -85,7 +85,8 @@ def test_fitted_on_0_18_it_judges_19_29(db, tmp_path):
     held = done.stdout.split("== held-out trials 19-29 (not fitted on) ==")[1]
     rows = {int(m.group(1)) for m in re.finditer(r"^\s+(\d+)  ", held, re.M)}
     assert rows == set(range(19, 30))
-    assert re.search(r"^completed trials: n=9, Spearman rho \d\.\d\d, median \|error\| [\d.]+%", held, re.M)
+    # 19-29: 9 completed, less trial 27 (its probe was cut before a request finished: not a measurement)
+    assert re.search(r"^completed trials: n=8, Spearman rho \d\.\d\d, median \|error\| [\d.]+%", held, re.M)
     assert re.search(r"^real failure kinds predicted: oom \d/2", held, re.M)
     assert re.search(r"^verdict: rho >= 0\.8: ", held, re.M)
     used = [numbers(m.group(3)) for m in FITTED.finditer(out.read_text())]

@@ -11,11 +11,14 @@ import os
 
 from ._args import build_parser, refused_config_keys
 from ._flags import VERSIONS as FLAG_VERSIONS, table as flag_table
-from ._predict import Prediction, predict
-from ._profile import DEFAULT_PROFILE, Profile, ProfileError, load_profile, shipped_profiles
+from ._model import GiB, PerfModel, kv_bytes_per_token_per_gpu, weight_split
+from ._predict import Prediction, predict, server_values
+from ._profile import DEFAULT_PROFILE, Profile, ProfileError, load_profile, profile_from_mapping, shipped_profiles
+from ._resolve import Knobs, resolve
 
-__all__ = ["FLAG_VERSIONS", "Prediction", "Profile", "ProfileError", "build_parser", "flag_table", "load_profile",
-           "predict", "refused_config_keys", "shipped_profiles"]
+__all__ = ["FLAG_VERSIONS", "GiB", "Knobs", "PerfModel", "Prediction", "Profile", "ProfileError", "build_parser",
+           "flag_table", "kv_bytes_per_token_per_gpu", "load_profile", "predict", "profile_from_mapping",
+           "refused_config_keys", "resolve", "server_values", "shipped_profiles", "weight_split"]
 
 
 def __getattr__(name: str) -> str:

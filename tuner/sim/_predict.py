@@ -43,7 +43,7 @@ class Prediction:
     resolved: dict[str, Any] = field(default_factory=dict, repr=False)
 
 
-def _values(profile: Profile, args: Mapping[str, Any] | Sequence[str]) -> dict[str, Any]:
+def server_values(profile: Profile, args: Mapping[str, Any] | Sequence[str]) -> dict[str, Any]:
     if isinstance(args, Mapping):
         values = defaults(profile.sglang_version)
         values["model_path"] = "sim-model"
@@ -72,7 +72,7 @@ def predict(profile: Profile | str | Path, args: Mapping[str, Any] | Sequence[st
     errors = io.StringIO()
     try:
         with contextlib.redirect_stderr(errors):
-            values = _values(profile, args)
+            values = server_values(profile, args)
     except SystemExit:
         return Prediction(status="invalid_args", message=errors.getvalue().strip())
     if noise:

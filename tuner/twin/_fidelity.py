@@ -138,7 +138,7 @@ def load_study(db: Path, name: str | None, flag: str = "--db", study_flag: str =
 
 
 def study_spec(study: Study) -> Any:
-    from tuner.spec._spec import parse_spec
+    from tuner.spec import parse_spec
 
     source = study.attrs.get("space_source")
     if not source:
@@ -166,7 +166,7 @@ def reread(kind: str, attrs: dict[str, Any], engine: str) -> tuple[str, str]:
     """A crash_on_start read again with today's log patterns, where its message and evidence say more."""
     if kind != "crash_on_start":
         return kind, ""
-    from tuner.trial._logwatch import LogWatcher
+    from tuner.trial import LogWatcher
     from tuner.engines import get_engine
 
     text = "\n".join(str(attrs.get(k) or "") for k in ("failure_message", "failure_evidence"))

@@ -6,8 +6,8 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Sequence
 
-from ..sim._profile import Profile
-from ..sim._resolve import Knobs
+from ..sim import Profile
+from ..sim import Knobs
 
 SECTIONS = ("hardware", "model", "startup", "performance", "memory")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import statistics
 
-from ..sim._model import GiB, kv_bytes_per_token_per_gpu, weight_split
-from ..sim._profile import Profile
+from ..sim import GiB, kv_bytes_per_token_per_gpu, weight_split
+from ..sim import Profile
 from ._fit import Fitted, Kept, line, reference, tidy, with_value
 from ._study import Trial
 

@@ -11,8 +11,8 @@ import statistics
 
 from ..engines import flag_argv
 from ..sim import predict
-from ..sim._model import PerfModel
-from ..sim._profile import Profile
+from ..sim import PerfModel
+from ..sim import Profile
 from ._fidelity import Workload
 from ._fit import Fitted, Kept, spans, tidy, with_value
 from ._study import Trial

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import statistics
 
-from ..sim._model import PerfModel
-from ..sim._profile import Profile
+from ..sim import PerfModel
+from ..sim import Profile
 from ._fit import Fitted, Kept, golden, median_error, reference, solve, tidy, with_value
 from ._study import Trial
 

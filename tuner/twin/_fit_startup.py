@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import statistics
 
-from ..sim._profile import Profile
+from ..sim import Profile
 from ._fit import Fitted, Kept, median_error, tidy, with_value
 from ._study import Trial
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..sim._profile import Profile
-from ..sim._resolve import Knobs
+from ..sim import Profile
+from ..sim import Knobs
 from ._fidelity import METRIC, BadInput, Study, in_range, load_study
 from ._logs import ServerLog
 
@@ -54,10 +54,10 @@ def load_storage(url: str, name: str | None) -> Study:
 
 def knobs_of(profile: Profile, flags: dict[str, Any]) -> Knobs:
     from ..engines import flag_argv
-    from ..sim._predict import _values
-    from ..sim._resolve import resolve
+    from ..sim import server_values
+    from ..sim import resolve
 
-    return resolve(profile, _values(profile, flag_argv(flags))).knobs
+    return resolve(profile, server_values(profile, flag_argv(flags))).knobs
 
 
 def trials_in(study: Study, span: tuple[int, int | None], profile: Profile, logs: dict[int, ServerLog],

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from ..sim._profile import ProfileError, profile_from_mapping
+from ..sim import ProfileError, profile_from_mapping
 from ._fit import Fitted
 
 HEADER_BEGIN = "# --- made by `python -m tuner twin fit` ---"
