@@ -28,7 +28,7 @@ from tuner.spec._space import ServerConfig, Space  # noqa: E402
 from tuner.spec._spec import Spec, load_spec  # noqa: E402
 from tuner.engines._base import flag_argv  # noqa: E402
 from tuner.sim._predict import Prediction, predict  # noqa: E402
-from tuner.sim._predict import _values as sim_values  # noqa: E402
+from tuner.sim import server_values as sim_values  # noqa: E402
 from tuner.sim._setup import make_setup  # noqa: E402
 from tuner.sim._profile import Profile, load_profile  # noqa: E402
 

@@ -26,7 +26,7 @@ def moe_profile(interconnect_gbs: float = 380.0, slice_efficiency: float = 1.0) 
 
 
 def _setup(profile: Profile, *argv: str):
-    from tuner.sim._predict import _values
+    from tuner.sim import server_values as _values
     return make_setup(profile, _values(profile, ["--tp-size", "8", *argv]))
 
 
