@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -154,7 +155,23 @@ def _numbers(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"{text!r} is not a list of trial numbers; pass e.g. 6,0") from None
 
 
+# A reader that closed the pipe early (`show | head -1`): what a process killed by SIGPIPE reports (128 + 13), as
+# git and coreutils do, so that `set -o pipefail` still sees the output was cut; the rest is not said.
+BROKEN_PIPE = 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        status = _main(argv)
+        sys.stdout.flush()  # here, not at exit: a closed pipe found at exit prints a traceback no code can catch
+        return status
+    except BrokenPipeError:
+        # Python would flush stdout again at exit and fail the same way: point it at /dev/null first.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return BROKEN_PIPE
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # as given, for what a command writes of itself
     try:
