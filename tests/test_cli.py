@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import Tuner, instant_space
+from conftest import REPO, Tuner, instant_space
 
 COMMANDS = ["run", "check", "export", "confirm", "dashboard", "report", "show"]
 
@@ -65,3 +65,48 @@ def test_head_of_show_in_a_shell_pipeline(one_trial):
                           stdin=subprocess.DEVNULL)
     assert done.stdout.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
     assert done.returncode in (0, 141), done.stderr  # 0 where show wrote all before head closed the pipe
+
+
+def test_simulated_dry_run_from_a_folder_without_search_spaces(tuner):
+    """An installed tuner, run where there is no search_spaces/ (the README's first dry run in an empty folder),
+    refused with "space file search_spaces/default.yaml does not exist": the GLM-5 space run --help promises
+    now comes from the package."""
+    (tuner.folder / "search_spaces").unlink()
+    done = tuner.run("run", "--trials", "1", "--simulate")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert tuner.study("glm5-nvfp4-sm120").trials
+
+
+def test_a_space_that_does_not_exist_is_named_as_given(tuner):
+    done = tuner.run("check", "--space", "nope/glm5.yaml", "--simulate")
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        "error: space file nope/glm5.yaml does not exist; pass --space with an existing file"], done.stderr
+
+
+def test_the_package_carries_the_default_and_simulated_spaces_as_the_repository_has_them():
+    """tuner/spaces/ holds copies of search_spaces/ (package data, so that a wheel has them): equal, and the
+    default space and the spaces of the shipped simulator profiles are all there."""
+    from importlib.resources import files
+
+    from tuner.sim import shipped_profiles
+
+    shipped = {p.name: p.read_text() for p in (files("tuner") / "spaces").iterdir() if p.name.endswith(".yaml")}
+    wanted = {"default.yaml"} | {f"{name}.yaml" for name in shipped_profiles()
+                                 if (REPO / "search_spaces" / f"{name}.yaml").exists()}
+    assert set(shipped) == wanted
+    for name, text in shipped.items():
+        assert text == (REPO / "search_spaces" / name).read_text(), f"tuner/spaces/{name} differs from search_spaces/"
+
+
+def test_a_dry_run_on_a_guessed_profile_says_which_and_why(tuner):
+    """The GLM-5 space in 0.5.23's flags was checked on the Llama 70B profile (the only one of 0.5.23) without a
+    word: the profile named like it speaks 0.5.6. Now the screen says which profile, why, and how to choose."""
+    done = tuner.run("check", "--space", "search_spaces/glm5-nvfp4-sm120-0.5.23.yaml", "--simulate")
+    assert done.returncode == 0, done.stderr
+    note = done.stdout.splitlines()[0]
+    assert note.startswith("note: simulating glm5-nvfp4-sm120 with profile llama3-70b-8xh200 (8 x NVIDIA H200: "
+                           "SGLang 0.5.23, as the space declares; glm5-nvfp4-sm120, named like the space, speaks "
+                           "SGLang 0.5.6); choose another with --simulate PROFILE"), done.stdout
+    # A profile named like the space, of its version, is no guess: nothing more is said.
+    done = tuner.run("check", "--space", "search_spaces/glm5-nvfp4-sm120.yaml", "--simulate")
+    assert done.returncode == 0 and done.stdout.startswith("ok: "), done.stdout

@@ -35,7 +35,8 @@ def _parser() -> argparse.ArgumentParser:
 
     def space_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--space", default=None, help="search-space file (default: search_spaces/default.yaml, "
-                       "or search_spaces/<profile>.yaml with --simulate)")
+                       "or search_spaces/<profile>.yaml with --simulate; where this folder has none, the copy "
+                       "the package carries)")
         p.add_argument("--model", default=None, help="model path (overrides server.model-path)")
         p.add_argument("--simulate", nargs="?", const=AUTO, default=None, metavar="PROFILE",
                        help="launch the simulated SGLang server (tuner.sim) instead of the real one, with this "

@@ -29,7 +29,11 @@ from .trial import LENGTHS_ATTR, TrialContext, end_orphans, lengths_attr, model_
 from .versions import (AUTO, DEFAULT_PROFILE, SIM_SPEED, CheckReport, ServerVersion, add_verdict, check_flags,
                        choose_profile, parse_help, probe_version, raise_on_errors, server_help)
 
-DEFAULT_SPACE = Path("search_spaces/default.yaml")
+SPACES_HERE = Path("search_spaces")
+DEFAULT_SPACE = SPACES_HERE / "default.yaml"
+# Copies of search_spaces/default.yaml and of the spaces of the shipped simulator profiles, so that an installed
+# tuner dry-runs from any folder (tests/test_cli.py checks they equal the repository's).
+SHIPPED_SPACES = Path(__file__).resolve().parent / "spaces"
 SIM_COMMAND = (sys.executable, "-m", "tuner.sim")
 
 
@@ -62,6 +66,7 @@ class Prepared:
     deprecated: frozenset[str] = frozenset()  # flags its --help calls deprecated
     profile: str | None = None  # the simulator's profile, when simulated
     server_version: ServerVersion | None = None  # None where it was not asked
+    profile_note: str | None = None  # which profile a dry run uses and why, where the tuner guessed it
 
     @property
     def checked_against(self) -> str:
@@ -72,13 +77,17 @@ class Prepared:
 
 
 def resolve_space_path(space: str | None, simulate: str | None) -> Path:
+    """The --space given; else this folder's search_spaces/<profile>.yaml with --simulate (a simulated
+    deployment comes with its own space), else its search_spaces/default.yaml; where this folder has neither
+    (an installed tuner run outside the repository), the copy the package carries (tuner/spaces/)."""
     if space:
         return Path(space)
-    if simulate is not None:
-        # A simulated deployment ships with its own space: search_spaces/<profile>.yaml.
-        matching = Path("search_spaces") / f"{Path(simulate or DEFAULT_PROFILE).stem}.yaml"
-        if matching.exists():
-            return matching
+    names = [f"{Path(simulate or DEFAULT_PROFILE).stem}.yaml"] if simulate is not None else []
+    names.append(DEFAULT_SPACE.name)
+    for name in names:
+        for candidate in (SPACES_HERE / name, SHIPPED_SPACES / name):
+            if candidate.exists():
+                return candidate
     return DEFAULT_SPACE
 
 
@@ -94,10 +103,10 @@ def prepare(space: str | None, simulate: str | None, model: str | None, strict: 
     spec = _with_model(spec, _absolute(model or spec.server.model_path))
     engine = get_engine(spec.engine)
     env = {**os.environ, **spec.server.env}
-    profile = None
+    profile = profile_note = None
     if simulate is not None:
         # Plain `--simulate` without --space is the seed deployment's dry run (Quick start).
-        profile = choose_profile(spec, space_path, DEFAULT_PROFILE if simulate == AUTO and not space else simulate)
+        profile, profile_note = choose_profile(spec, space_path, DEFAULT_PROFILE if simulate == AUTO and not space else simulate)
         command = SIM_COMMAND
         env["TUNER_SIM_PROFILE"] = profile
         for name, value in SIM_SPEED.items():
@@ -118,7 +127,7 @@ def prepare(space: str | None, simulate: str | None, model: str | None, strict: 
     if strict:
         raise_on_errors(report)
     return Prepared(spec, tuple(command), env, report, "config" in help_flags.flags, help_flags.deprecated, profile,
-                    server_version)
+                    server_version, profile_note)
 
 
 def _with_model(spec: Spec, model: str) -> Spec:
@@ -158,6 +167,8 @@ def run(options: RunOptions, stream=sys.stderr) -> optuna.Study:
     prepared = prepare(options.space, options.simulate, options.model)
     spec = prepared.spec
     progress = Progress(spec, stream)
+    if prepared.profile_note:
+        progress.say(f"note: {prepared.profile_note}")
     for warning in prepared.report.warnings:
         progress.say(f"warning: {warning}")
     api_key = _api_key(options.api_key_env or spec.server.api_key_env)
@@ -443,6 +454,8 @@ def _fewest_gpus(spec: Spec, engine) -> int:
 def check(space: str | None, simulate: str | None, model: str | None, stream=sys.stdout) -> CheckReport:
     """Print every warning and error once (on `stream`) and the verdict; the caller exits 2 on errors."""
     prepared = prepare(space, simulate, model, strict=False, ask_version=True)
+    if prepared.profile_note:
+        print(f"note: {prepared.profile_note}", file=stream)
     for w in prepared.report.warnings:
         print(f"warning: {w}", file=stream)
     for e in prepared.report.errors:
