@@ -110,3 +110,42 @@ def test_a_dry_run_on_a_guessed_profile_says_which_and_why(tuner):
     # A profile named like the space, of its version, is no guess: nothing more is said.
     done = tuner.run("check", "--space", "search_spaces/glm5-nvfp4-sm120.yaml", "--simulate")
     assert done.returncode == 0 and done.stdout.startswith("ok: "), done.stdout
+
+
+@pytest.mark.parametrize("args, usage, said", [
+    (("run", "--trails", "3", "--simulate"), "usage: python -m tuner run ",
+     "python -m tuner run: error: unrecognized argument --trails; did you mean --trials?"),
+    (("show", "--sortt", "value"), "usage: python -m tuner show ",
+     "python -m tuner show: error: unrecognized argument --sortt; did you mean --sort?"),
+    (("knowledge", "export", "--out", "k.yaml", "--studdy", "x"), "usage: python -m tuner knowledge export ",
+     "python -m tuner knowledge export: error: unrecognized argument --studdy; did you mean --study?"),
+    (("report", "--bogus"), "usage: python -m tuner report ",
+     "python -m tuner report: error: unrecognized arguments: --bogus"),
+])
+def test_a_mistyped_option_is_said_by_its_command_with_a_suggestion(tuner, args, usage, said):
+    """`dashboard --study X` was refused with the top-level usage; `--trails` got no "did you mean"."""
+    done = tuner.run(*args)
+    assert done.returncode == 2 and done.stderr.startswith(usage), done.stderr
+    assert done.stderr.strip().splitlines()[-1] == said, done.stderr
+
+
+def test_help_lists_the_commands_as_a_user_meets_them():
+    done = subprocess.run([sys.executable, "-m", "tuner", "--help"], capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+    listed = re.findall(r"^    (\w+) ", done.stdout, re.MULTILINE)
+    assert listed == ["run", "show", "confirm", "export", "report", "dashboard", "check", "space", "knowledge",
+                      "twin"], done.stdout
+    assert "{run,show,confirm,export,report,dashboard,check,space,knowledge,twin}" in done.stdout
+
+
+@pytest.mark.parametrize("command, example", [
+    (["space"], "python -m tuner space upgrade search_spaces/glm5-nvfp4-sm120.yaml --to 0.5.23"),
+    (["space", "upgrade"], "python -m tuner space upgrade search_spaces/glm5-nvfp4-sm120.yaml --to 0.5.23"),
+    (["knowledge"], "python -m tuner knowledge export --out knowledge.yaml"),
+    (["knowledge", "export"], "python -m tuner run --trials 40 --space other.yaml --learn-from knowledge.yaml"),
+])
+def test_space_and_knowledge_help_give_an_example(command, example):
+    done = subprocess.run([sys.executable, "-m", "tuner", *command, "--help"], capture_output=True, text=True,
+                          timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0 and "\nexample:\n  python -m tuner " in done.stdout, done.stdout
+    assert f"\n  {example}" in done.stdout, done.stdout

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
+import re
 import sys
 from collections.abc import Sequence
 
@@ -12,26 +14,58 @@ from .results import DEFAULT_STORAGE, Target, choose
 from .search import SAMPLERS
 from .versions import AUTO, DEFAULT_PROFILE
 
+# --help's order of the commands: as a user meets them.
+COMMAND_ORDER = ("run", "show", "confirm", "export", "report", "dashboard", "check", "space", "knowledge", "twin")
+SPACE_EXAMPLE = """example:
+  python -m tuner space upgrade search_spaces/glm5-nvfp4-sm120.yaml --to 0.5.23 --out glm5-0.5.23.yaml"""
+KNOWLEDGE_EXAMPLE = """example:
+  python -m tuner knowledge export --out knowledge.yaml
+  python -m tuner run --trials 40 --space other.yaml --learn-from knowledge.yaml"""
+
 # The commands that only read a study: without --storage they follow the last run in this folder.
 READERS = ("export", "confirm", "dashboard", "report", "show")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a "did you mean" for a mistyped option (Python 3.12's suggest_on_error covers choices,
+    not options, and this is 3.11), said by the command that was given, with its usage."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        # What this (sub)command was given, for error(): a subcommand's parser is called with its own part.
+        self.given = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message: str):
+        known = [o for o in self._option_string_actions if o.startswith("--")]
+        for token in getattr(self, "given", ()):
+            name = token.split("=", 1)[0]
+            if name.startswith("--") and name not in self._option_string_actions and not re.match(r"-\d", name):
+                # argparse takes a unique prefix (--tri for --trials): that is no typo.
+                if any(option.startswith(name) for option in known):
+                    continue
+                # Compared without the dashes, which every option shares: --bogus is not near --out.
+                close = difflib.get_close_matches(name[2:], [option[2:] for option in known], n=1, cutoff=0.6)
+                if close:
+                    message = f"unrecognized argument {name}; did you mean --{close[0]}?"
+                    break
+        super().error(message)
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m tuner",
-                                     description="Find the fastest launch configuration that still answers correctly.")
+    parser = _Parser(prog="python -m tuner",
+                     description="Find the fastest launch configuration that still answers correctly.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def storage_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--storage", default=DEFAULT_STORAGE, help="Optuna storage URL (default: %(default)s)")
         p.add_argument("--study", default=None, help="study name (default: the space's name)")
 
-    def read_storage_args(p: argparse.ArgumentParser, study: bool = True) -> None:
+    def read_storage_args(p: argparse.ArgumentParser) -> None:
         # None: not given, so that the last run's record decides (an explicit sqlite:///trials.db does not follow it).
         p.add_argument("--storage", default=None, help="Optuna storage URL (default: the one the last run in this "
                        f"folder used, as runs/last-run.json records it, else {DEFAULT_STORAGE})")
-        if study:
-            p.add_argument("--study", default=None, help="study name (default: the storage's only study, or the "
-                           "one the last run in this folder used)")
+        p.add_argument("--study", default=None, help="study name (default: the storage's only study, or the "
+                       "one the last run in this folder used)")
 
     def space_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--space", default=None, help="search-space file (default: search_spaces/default.yaml, "
@@ -94,7 +128,7 @@ def _parser() -> argparse.ArgumentParser:
     confirm.add_argument("--workdir", default="runs", help="where their server logs go (default: %(default)s)")
 
     dashboard = sub.add_parser("dashboard", help="start optuna-dashboard on the storage, with the server logs")
-    read_storage_args(dashboard, study=False)
+    read_storage_args(dashboard)
     dashboard.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     dashboard.add_argument("--port", type=int, default=8080, help="port to listen on (default: %(default)s)")
     dashboard.add_argument("--workdir", default="runs", help="the run's --workdir, whose artifacts/ holds the "
@@ -104,9 +138,11 @@ def _parser() -> argparse.ArgumentParser:
     read_storage_args(report)
     report.add_argument("--out", default="report", help="folder for index.html and its images (default: %(default)s)")
 
-    space = sub.add_parser("space", help="work on a space file (space upgrade: rewrite it for another SGLang version)")
+    space = sub.add_parser("space", help="work on a space file (space upgrade: rewrite it for another SGLang version)",
+                           formatter_class=argparse.RawDescriptionHelpFormatter, epilog=SPACE_EXAMPLE)
     upgrade = space.add_subparsers(dest="space_command", required=True).add_parser(
-        "upgrade", help="rewrite a space in another SGLang version's flags (renamed, deprecated, moved)")
+        "upgrade", help="rewrite a space in another SGLang version's flags (renamed, deprecated, moved)",
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=SPACE_EXAMPLE)
     upgrade.add_argument("file", metavar="SPACE", help="the space file to rewrite")
     upgrade.add_argument("--to", required=True, metavar="VERSION", help="the SGLang version to write it for")
     upgrade.add_argument("--from", dest="source", default=None, metavar="VERSION", help="the version it is written "
@@ -114,9 +150,11 @@ def _parser() -> argparse.ArgumentParser:
     upgrade.add_argument("--out", default=None, help="file to write (default: stdout)")
 
     knowledge = sub.add_parser("knowledge", help="what a study's failures showed, for later studies "
-                               "(knowledge export: write it as a file that run --learn-from reads)")
+                               "(knowledge export: write it as a file that run --learn-from reads)",
+                               formatter_class=argparse.RawDescriptionHelpFormatter, epilog=KNOWLEDGE_EXAMPLE)
     knowledge_export = knowledge.add_subparsers(dest="knowledge_command", required=True).add_parser(
-        "export", help="write the values a study's failures blame, with their context, as YAML or JSON")
+        "export", help="write the values a study's failures blame, with their context, as YAML or JSON",
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=KNOWLEDGE_EXAMPLE)
     read_storage_args(knowledge_export)
     knowledge_export.add_argument("--out", required=True, help="file to write (.json: JSON, else YAML; '-': stdout)")
 
@@ -145,7 +183,22 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("--failed", action="store_true", help="only trials that did not qualify")
     show.add_argument("--wide", action="store_true", help="a column for every parameter, instead of the ones "
                       "in which each trial differs from the winner")
+    # --help lists the commands as a user meets them, not as they are defined here.
+    order = {name: i for i, name in enumerate(COMMAND_ORDER)}
+    sub._choices_actions.sort(key=lambda action: order[action.dest])
+    sub.metavar = "{" + ",".join(COMMAND_ORDER) + "}"
+    _remember_parsers(parser)
     return parser
+
+
+def _remember_parsers(parser: argparse.ArgumentParser) -> None:
+    """Each (sub)command's parser in its namespace (args.parser), so that an error found after parsing is said
+    with that command's usage."""
+    parser.set_defaults(parser=parser)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _remember_parsers(child)
 
 
 def _numbers(text: str) -> tuple[int, ...]:
@@ -173,7 +226,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    args = _parser().parse_args(argv)
+    args, extra = _parser().parse_known_args(argv)
+    if extra:
+        # Said by the (sub)command that was given, with its usage: parse_args had the top-level parser say it.
+        args.parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.argv = list(sys.argv[1:] if argv is None else argv)  # as given, for what a command writes of itself
     try:
         return _dispatch(args)
@@ -257,5 +313,5 @@ def _read(args: argparse.Namespace, target: Target) -> int:
         return 0
     from .results import serve
 
-    serve(target.storage, args.host, args.port, args.workdir)
+    serve(target.storage, args.host, args.port, args.workdir, target.study)
     return 0

@@ -169,3 +169,30 @@ def test_the_study_page_shows_the_study_context(study_folder, dashboard):
     served = {a["key"]: a["value"] for a in dashboard.get(f"/api/studies/{sid}").json()["user_attrs"]}
     assert json.loads(served["context"]) == study_folder.study("faults").user_attrs["context"]
     assert "Study User Attributes" in dashboard.get("/static/bundle.js").text
+
+
+def test_dashboard_takes_study_and_names_its_page(study_folder):
+    """The notes of the readers suggest --study; `dashboard --study X` was refused with the top-level usage. It
+    now opens that study's page (optuna-dashboard serves them all) and refuses a study the storage lacks."""
+    done = study_folder.run("dashboard", "--storage", study_folder.storage, "--study", "nope")
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        f"error: no study 'nope' in {study_folder.storage}; pass --study with one of: faults"], done.stderr
+    port = free_port("127.0.0.1")
+    proc = study_folder.start("dashboard", "--storage", study_folder.storage, "--study", "faults",
+                              "--host", "127.0.0.1", "--port", str(port))
+    try:
+        line = proc.stdout.readline()
+        url = f"http://127.0.0.1:{port}/dashboard/studies/{study_folder.study('faults')._study_id}"
+        assert line.startswith(f"optuna-dashboard on {url} "), line
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                page = httpx.get(url, timeout=10)
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None and time.monotonic() < deadline, "the dashboard did not answer"
+                time.sleep(0.2)
+        assert page.status_code == 200 and "<html" in page.text.lower()
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
