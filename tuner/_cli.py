@@ -116,6 +116,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="yaml: a --config file (and best.sh where the file alone cannot launch it); cmd: the "
                         "whole command line; json: everything recorded about the trial (default: %(default)s)")
     export.add_argument("--trial", type=int, default=None, help="export this trial instead of the best")
+    export.add_argument("--force", action="store_true", help="replace an --out file that an export of another "
+                        "study wrote (refused without it)")
 
     confirm = sub.add_parser("confirm", help="re-measure the best trials on fresh servers and rank by the median")
     read_storage_args(confirm)
@@ -290,7 +292,7 @@ def _read(args: argparse.Namespace, target: Target) -> int:
     if args.command == "export":
         from .results import export
 
-        export(target.storage, target.study, args.out, args.format, args.trial, target.notes)
+        export(target.storage, target.study, args.out, args.format, args.trial, target.notes, args.force)
         return 0
     if args.command == "show":
         from .results import show

@@ -103,7 +103,10 @@ def test_confirm_reranks_a_lucky_first_measurement_and_export_prefers_the_confir
     assert yaml.safe_load(text)["attention-backend"] == "fa3"
     record = json.loads(tuner.run("export", "--format", "json").stdout)
     assert record["number"] == winner and record["confirmed"] is True
-    assert record["figures"]["output_throughput"] == figures["median"]
+    assert record["figures"]["output_throughput"] == pytest.approx(figures["median"])
+    # Its value is the confirmed median, as best.yaml's, not the trial's one run.
+    assert record["metric"] == "output_throughput" and record["value"] == pytest.approx(figures["median"])
+    assert record["value_from"] == "median of 3 fresh servers" and record["value"] != record["values"][0]
     show = tuner.run("show", env={"COLUMNS": "200"}).stdout
     assert f"winner: {described}" in show
     screens += [text, show]

@@ -28,7 +28,7 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
-from conftest import FAULT_SPACE, REPO, Tuner
+from conftest import FAULT_SPACE, REPO, Tuner, instant_space
 from tuner.sim._args import build_parser
 
 SGLANG = "0.5.23"
@@ -320,10 +320,21 @@ def test_cmd_and_json_formats(flags):
     record = json.loads(done.stdout)
     assert record["study"] == "flags" and record["number"] == winner.number and record["state"] == "COMPLETE"
     assert record["values"] == pytest.approx(winner.values)
-    assert record["params"] == winner.params
+    assert record["params"] == _twelve_digits(winner.params)
     for key in ("flags", "env", "failure_kind", "feasible", "output_throughput", "gate_checks", "stage_seconds"):
-        assert record["user_attrs"][key] == a[key], key
+        assert record["user_attrs"][key] == _twelve_digits(a[key]), key
     assert record["confirmed"] is False
+
+
+def _twelve_digits(value):
+    """As export's JSON gives floats: 12 significant digits (0.8700000000000001 is 0.87)."""
+    if isinstance(value, float):
+        return float(f"{value:.12g}")
+    if isinstance(value, dict):
+        return {k: _twelve_digits(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_twelve_digits(v) for v in value]
+    return value
 
 
 def test_no_eligible_trial_exits_2_and_writes_nothing(tuner):
@@ -500,3 +511,51 @@ def test_each_export_form_launches_the_measured_server(tuner, version, env_var):
                 continue  # the deprecated spelling itself; what it means is in cuda_graph_config, compared
             assert info.get(key) == value, (form, key, info.get(key), value)
         assert (environ.get("SGLANG_TUNER_TEST") == "1") is env_var, form
+
+
+def test_export_does_not_replace_another_studys_best_yaml_unasked(tuner):
+    """After a second study in the same storage, a plain export (which follows the last run) replaced best.yaml
+    with the other study's unconfirmed winner, said in one line on stderr. Now it refuses in one line naming
+    both studies and the fixes, writes nothing, and --force replaces the file."""
+    first = tuner.run("run", "--trials", "1", "--space", str(tuner.space(instant_space("first"), "a.yaml")),
+                      "--simulate", "instant")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert tuner.run("export").returncode == 0
+    deployed = (tuner.folder / "best.yaml").read_text()
+    assert deployed.startswith("# Best configuration of study 'first': ")
+    # The GPUs show names (the study's context), where the header said "hardware: unknown".
+    assert "; hardware: 8x NVIDIA H200 (sm90, 139.8 GB, nvlink, simulated)\n" in deployed, deployed
+    second = tuner.run("run", "--trials", "1", "--space", str(tuner.space(instant_space("second"), "b.yaml")),
+                       "--simulate", "instant")
+    assert second.returncode == 0, second.stderr[-3000:]
+    for args in ([], ["--format", "json", "--out", "best.yaml"]):
+        done = tuner.run("export", *args)
+        assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+            "error: best.yaml holds the winner of study 'first', and this is study 'second'; pass --study first "
+            "to refresh it, --out another file, or --force to replace it"], done.stderr
+        assert done.stdout == "" and (tuner.folder / "best.yaml").read_text() == deployed
+    assert tuner.run("export", "--study", "first").returncode == 0  # the same study's: refreshed, unasked
+    done = tuner.run("export", "--force")
+    assert done.returncode == 0, done.stderr
+    assert (tuner.folder / "best.yaml").read_text().startswith("# Best configuration of study 'second': ")
+
+
+def test_export_json_has_the_value_every_screen_names_in_plain_figures(tuner):
+    """`export --format json` printed 0.8700000000000001 (a stepped float as Optuna stores it)."""
+    space = instant_space("steps", params="  schedule-conservativeness: {type: float, low: 0.1, high: 2.0, "
+                                          "step: 0.01}\n  mem-fraction-static: {type: float, low: 0.8, high: 0.94, "
+                                          "step: 0.01}\n",
+                          baseline="{schedule-conservativeness: 0.87, mem-fraction-static: 0.87}")
+    done = tuner.run("run", "--trials", "4", "--space", str(tuner.space(space)), "--simulate", "instant")
+    assert done.returncode == 0, done.stderr[-3000:]
+    # A proposed (not enqueued) trial with a float stored as, say, 0.8700000000000001.
+    noisy = [t for t in tuner.study("steps").trials
+             if t.user_attrs.get("feasible") and any(len(repr(v)) > 14 for v in t.params.values())]
+    assert noisy, [t.params for t in tuner.study("steps").trials]
+    done = tuner.run("export", "--format", "json", "--trial", str(noisy[0].number))
+    assert done.returncode == 0, done.stderr
+    assert not re.search(r"\d\.\d*\d{13}", done.stdout), done.stdout
+    record = json.loads(done.stdout)
+    assert record["params"] == {k: round(v, 2) for k, v in noisy[0].params.items()}
+    assert record["metric"] == "output_throughput" and record["value_from"] == "one run"
+    assert record["value"] == pytest.approx(record["user_attrs"]["output_throughput"])

@@ -13,10 +13,11 @@ from typing import Any
 import optuna
 import yaml
 
+from .._errors import UsageError
 from .._files import write_atomically
 from .._redact import redact_argv, redact_env, redact_url
 from ..engines import flag_argv, get_engine
-from ..search import load_study
+from ..search import CONTEXT_ATTR, describe_gpus, load_study
 from ..trial import slo_text
 from ._results import Winner, certainty_lines, objective_metric, pareto_front, winner
 from ._which_study import target_args
@@ -81,12 +82,17 @@ def render(study: optuna.Study, best: Winner, fmt: str, script: str | None = Non
     env = _env(study, trial)
     model = attrs.get("model_path", "")
     if fmt == "json":
+        metric = objective_metric(study)
+        # The value every screen names: the median of confirm's runs where it crowned this trial (as best.yaml
+        # says), else the one measurement; "values" stays the trial's as Optuna recorded it.
         record = {"study": study.study_name, "number": trial.number, "state": trial.state.name,
+                  "metric": metric, "value": best.figures.get(metric),
+                  "value_from": f"median of {len(best.runs)} fresh servers" if best.confirmed else "one run",
                   "values": trial.values, "params": trial.params, "user_attrs": attrs,
                   "confirmed": best.confirmed, "figures": best.figures, "confirm_runs": list(best.runs),
                   "confirm_rivals": [{"number": r.number, "median": r.median, "runs": r.runs, **r.versus.to_attr(),
                                       "within_noise": r.versus.within_noise} for r in best.rivals]}
-        return json.dumps(record, indent=2, default=str) + "\n"
+        return json.dumps(_rounded(record), indent=2, default=str) + "\n"
     if fmt == "cmd":
         return " ".join([f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())]
                         + [shlex.join(launch_argv(study, trial))]) + "\n"
@@ -94,6 +100,36 @@ def render(study: optuna.Study, best: Winner, fmt: str, script: str | None = Non
     body = yaml.safe_dump(engine.config_file(in_file, model), sort_keys=False, default_flow_style=False)
     return _header(study, best, env, launch_command(study, engine), flag_argv(launch_line), script,
                    config_name, certainty or []) + body
+
+
+def _rounded(value: Any) -> Any:
+    """Floats to 12 significant digits: a stepped float parameter is stored as 0.8700000000000001, which is
+    0.87 to anyone reading it, and no figure the tuner measures has 12 digits that mean anything."""
+    if isinstance(value, float):
+        return float(f"{value:.12g}")
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_rounded(v) for v in value]
+    return value
+
+
+def _written_for(path: Path) -> str | None:
+    """The study an earlier export wrote `path` for (the first line of its YAML header, or its JSON's "study"),
+    else None: no such file, or not one the tuner wrote."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return None
+    first = text.split("\n", 1)[0]
+    prefix = "# Best configuration of study '"
+    if first.startswith(prefix) and "':" in first:
+        return first[len(prefix):first.index("':", len(prefix))]
+    try:
+        record = json.loads(text)
+    except ValueError:
+        return None
+    return record.get("study") if isinstance(record, dict) and isinstance(record.get("study"), str) else None
 
 
 def render_script(study: optuna.Study, trial: optuna.trial.FrozenTrial, config: Path) -> str:
@@ -125,7 +161,7 @@ def _header(study: optuna.Study, best: Winner, env: dict[str, str], command: lis
         f"{'medians' if best.confirmed else 'metrics'} at concurrency {a.get('concurrency', '?')}: {metrics}",
         *_rate_lines(a.get("rate_search")),
         f"correctness gate passed: {', '.join(a.get('gate_checks', [])) or 'none run'}; re-checked after load",
-        f"server version: {a.get('server_version') or 'unknown'}; hardware: {a.get('hardware', 'unknown')}",
+        f"server version: {a.get('server_version') or 'unknown'}; hardware: {_hardware(study)}",
         f"exported {dt.datetime.now(dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} by tuner",
     ]
     if env:
@@ -144,6 +180,12 @@ def _header(study: optuna.Study, best: Winner, env: dict[str, str], command: lis
     return "".join(f"# {line}\n" if line else "#\n" for line in lines)
 
 
+def _hardware(study: optuna.Study) -> str:
+    """The GPUs of the study's context, as `show` names them (a trial records none of its own)."""
+    gpus = (study.user_attrs.get(CONTEXT_ATTR) or {}).get("gpus") or {}
+    return describe_gpus(gpus) or f"unknown ({gpus.get('source') or 'not recorded'})"
+
+
 def _rate_lines(search: dict | None) -> list[str]:
     """max_rate_under_slo: the SLO and the rate this configuration sustained under it."""
     if not search or search.get("rate") is None:
@@ -157,7 +199,7 @@ def _rate_lines(search: dict | None) -> list[str]:
 
 
 def export(storage: str, study_name: str | None, out: str | None, fmt: str, number: int | None,
-           notes: Sequence[str] = ()) -> Path | None:
+           notes: Sequence[str] = (), force: bool = False) -> Path | None:
     """Write the winner (or trial `number`) to `out`, or to stdout. The first line on stderr names the study and
     the trial, so that nobody deploys another study's winner unawares; how sure confirm is of it (certainty_lines)
     and `notes` (how the study was chosen) follow it.
@@ -167,6 +209,12 @@ def export(storage: str, study_name: str | None, out: str | None, fmt: str, numb
     best = winner(study, number)
     trial = best.trial
     path = None if out == "-" or (out is None and fmt != "yaml") else Path(out or "best.yaml")
+    previous = _written_for(path) if path is not None else None
+    if previous is not None and previous != study.study_name and not force:
+        # A second study in the same storage: a plain export replaced the deployed study's best.yaml with the
+        # other study's winner, and said so only in a line nobody reads.
+        raise UsageError(f"{path} holds the winner of study '{previous}', and this is study '{study.study_name}'",
+                         f"pass --study {shlex.quote(previous)} to refresh it, --out another file, or --force to replace it")
     script = path.with_suffix(".sh") if path is not None and fmt == "yaml" and needs_script(study, trial) else None
     certainty = certainty_lines(study, best, shlex.join(target_args(storage, study)))
     text = render(study, best, fmt, script.name if script else None, path.name if path else "best.yaml", certainty)

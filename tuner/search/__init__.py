@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from ._context import ATTR as CONTEXT_ATTR, ContextRecorder, describe as describe_context
+from ._context import ATTR as CONTEXT_ATTR, ContextRecorder, describe as describe_context, describe_gpus
 from ._gpus import GpuProbe, MemoryBaseline, check_gpu_ids, parse_gpu_list
 from ._knowledge import export as export_knowledge
 from ._learn import (ATTR as LEARNED_ATTR, Learning, best_context, describe as describe_learning, gather,
@@ -15,6 +15,6 @@ from ._worker import Interrupted, NotStarted, Surplus, TrialBudget, Worker, fail
 
 __all__ = ["CONTEXT_ATTR", "LEARNED_ATTR", "SAMPLERS", "ContextRecorder", "GpuProbe", "Interrupted", "Learning",
            "MemoryBaseline", "NotStarted", "SlotPool", "Surplus", "TrialBudget", "WarmStart", "Worker", "best_context",
-           "check_gpu_ids", "describe_context", "describe_learning", "export_knowledge", "fail_trials_of_dead_workers",
-           "gather", "heartbeat_settings", "learn_line", "load_or_create", "load_study", "open_storage",
+           "check_gpu_ids", "describe_context", "describe_gpus", "describe_learning", "export_knowledge",
+           "fail_trials_of_dead_workers", "gather", "heartbeat_settings", "learn_line", "load_or_create", "load_study", "open_storage",
            "parse_gpu_list", "record_learning", "stored_context", "stored_study_names", "study_exists", "warm_start"]

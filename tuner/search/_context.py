@@ -214,16 +214,7 @@ def describe(attr: Mapping[str, Any]) -> str:
     model, work = attr.get("model") or {}, attr.get("workload") or {}
     name = ENGINE_NAMES.get(engine.get("name"), engine.get("name") or "engine")
     text = f"{name} {engine.get('version') or '(version unknown)'}"
-    if gpus.get("count"):
-        cc = gpus.get("compute_capability")
-        details = [f"sm{cc.replace('.', '')}" if cc else None,
-                   f"{gpus['memory_gb']} GB" if gpus.get("memory_gb") else None, gpus.get("interconnect"),
-                   "mixed" if gpus.get("mixed") else None,
-                   "simulated" if str(gpus.get("source", "")).startswith("simulator") else None]
-        shown = ", ".join(d for d in details if d)
-        text += f" on {gpus['count']}x {gpus.get('name') or 'GPU'}" + (f" ({shown})" if shown else "")
-    else:
-        text += " on no GPU read"
+    text += f" on {describe_gpus(gpus)}" if gpus.get("count") else " on no GPU read"
     parts = [text, "model " + _model_text(model)]
     if work:
         lengths = f"{work.get('input_len')} in / {work.get('output_len')} out"
@@ -237,6 +228,20 @@ def describe(attr: Mapping[str, Any]) -> str:
             objective += " (SLO " + ", ".join(f"{k} <= {v:g}" for k, v in work["slo"].items()) + ")"
         parts.append(objective)
     return "; ".join(parts)
+
+
+def describe_gpus(gpus: Mapping[str, Any]) -> str | None:
+    """'8x NVIDIA H200 (sm90, 139.8 GB, nvlink)', from the context's gpus; None where none was read. `show` and
+    best.yaml's header both say it so."""
+    if not gpus.get("count"):
+        return None
+    cc = gpus.get("compute_capability")
+    details = [f"sm{cc.replace('.', '')}" if cc else None,
+               f"{gpus['memory_gb']} GB" if gpus.get("memory_gb") else None, gpus.get("interconnect"),
+               "mixed" if gpus.get("mixed") else None,
+               "simulated" if str(gpus.get("source", "")).startswith("simulator") else None]
+    shown = ", ".join(d for d in details if d)
+    return f"{gpus['count']}x {gpus.get('name') or 'GPU'}" + (f" ({shown})" if shown else "")
 
 
 def _model_text(m: Mapping[str, Any]) -> str:
