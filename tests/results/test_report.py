@@ -88,8 +88,13 @@ def test_report_writes_a_page_with_every_chart(mixed):
     assert "Importance of each parameter for output_throughput, over 3 qualified trials" in page
     # Every trial has a row, the NaN ones marked as such.
     for tr in trials:
-        assert f"<td>{tr.number}</td><td>{tr.state.name.lower()}</td>" in page
-    assert page.count("<td>nan</td>") == 2
+        outcome = "qualified" if tr.user_attrs["feasible"] else f"failed: {tr.user_attrs['failure_kind']}"
+        assert f"<td>{tr.number}</td><td>{outcome}" in page
+    # Counted as show counts them: a trial that did not qualify failed (Optuna calls it pruned).
+    qualified = sum(1 for tr in trials if tr.user_attrs["feasible"])
+    assert f"{len(trials)} finished: {qualified} qualified, {len(trials) - qualified} failed" in page
+    assert "pruned" not in page
+    assert page.count("<td>failed: nan</td>") == 2
 
 
 def test_report_of_a_study_where_everything_failed_explains_instead_of_crashing(tuner):

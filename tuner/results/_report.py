@@ -452,7 +452,7 @@ def _html(rep: Report) -> str:
     study, trials = rep.study, rep.trials
     e = html.escape
     names = _objective_names(study)
-    states = Counter(t.state.name for t in trials)
+    qualified = sum(1 for t in trials if _feasible(t))
     total, lost = _wasted(trials)
     confirmed = study.user_attrs.get(CONFIRMED_ATTR)
     parts = [
@@ -467,9 +467,10 @@ def _html(rep: Report) -> str:
         "<table>",
         f"<tr><th>objectives</th><td>{e(', '.join(f'{n} ({d.name.lower()})' for n, d in zip(names, study.directions)))}"
         "</td></tr>",
-        f"<tr><th>trials</th><td>{len(trials)} finished ("
-        + e(", ".join(f"{n} {s.lower()}" for s, n in sorted(states.items()))) + "); "
-        f"{sum(1 for t in trials if _feasible(t))} qualified</td></tr>",
+        # Qualified and failed, as every other screen counts them: Optuna's states (an infeasible trial is
+        # "pruned" to it) said "4 pruned" of trials that show and the run call failed.
+        f"<tr><th>trials</th><td>{len(trials)} finished: {qualified} qualified, {len(trials) - qualified} failed"
+        "</td></tr>",
         f"<tr><th>time in trials</th><td>{total:.0f} s, of which {lost:.0f} s on trials that did not qualify</td></tr>",
         f"<tr><th>engine / version</th><td>{e(str(study.user_attrs.get('engine', '?')))} / "
         + e(str(next((t.user_attrs.get('server_version') for t in trials if t.user_attrs.get('server_version')),
@@ -524,20 +525,20 @@ def _winner_html(rep: Report) -> list[str]:
 def _trial_table(study: optuna.Study, trials: list[FrozenTrial], confirmed: Any) -> str:
     e = html.escape
     names = _objective_names(study)
-    head = ["trial", "state", "outcome", *names, "p99 TTFT ms", "p99 ITL ms", "seconds", "flags"]
+    head = ["trial", "outcome", *names, "p99 TTFT ms", "p99 ITL ms", "seconds", "flags"]
     rows = ["<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in head) + "</tr>"]
     for t in sorted(trials, key=lambda t: t.number):
         a = t.user_attrs
         kind = _kind(t)
         ok = _feasible(t)
-        outcome = "qualified" if ok else kind
+        outcome = "qualified" if ok else f"failed: {kind}"
         if a.get("reused_from") is not None:
             outcome += f" (reused {a['reused_from']})"
         if confirmed == t.number:
             outcome += " ★ confirmed"
         values = [t.values[i] if ok and t.values else None for i in range(len(names))]
         flags = " ".join(f"{k}={v}" for k, v in (a.get("flags") or {}).items())
-        cells = [t.number, t.state.name.lower(), outcome, *values, _metric(t, "p99_ttft_ms"),
+        cells = [t.number, outcome, *values, _metric(t, "p99_ttft_ms"),
                  _metric(t, "p99_itl_ms"), sum(_seconds(t).values()) or None, flags]
         cls = "ok" if ok else "bad"
         rows.append(f'<tr class="{cls}">' + "".join(
