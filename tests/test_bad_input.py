@@ -45,6 +45,17 @@ def test_bad_space_file(tuner, name):
     assert_refused(done, expected, tuner)
 
 
+def test_a_yaml_error_names_the_line_to_fix(tuner):
+    """An unclosed bracket on line 32 was reported on line 33, where PyYAML noticed it."""
+    lines = FAULT_SPACE.strip("\n").splitlines()
+    lines += [f"# filler {i}" for i in range(31 - len(lines))] + ["extra: [1, 2", "more: 3"]
+    assert lines[31] == "extra: [1, 2"
+    done = tuner.run("run", "--trials", "3", "--space", str(tuner.space("\n".join(lines) + "\n")),
+                     "--simulate", "instant")
+    assert_refused(done, "space.yaml is not valid YAML at line 32, column 8: while parsing a flow sequence, expected "
+                   "',' or ']', but got ':' (on line 33)", tuner)
+
+
 def test_space_file_that_does_not_exist(tuner):
     assert_refused(tuner.run("run", "--trials", "3", "--space", "nope.yaml"), "does not exist", tuner)
 

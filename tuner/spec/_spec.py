@@ -179,9 +179,14 @@ def parse_spec(text: str, origin: str = "<space>") -> Spec:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        # PyYAML finds an unclosed bracket or quote on the line after it (its problem mark): the line to fix is
+        # where the construct began (its context mark), and the line it was found on follows in brackets.
+        found = getattr(exc, "problem_mark", None)
+        began = getattr(exc, "context_mark", None) or found
+        where = f" at line {began.line + 1}, column {began.column + 1}" if began else ""
         problem = getattr(exc, "problem", None) or "invalid YAML"
+        if getattr(exc, "context", None) and began is not found:
+            problem = f"{exc.context}, {problem}" + (f" (on line {found.line + 1})" if found else "")
         raise SpaceError("", f"{origin} is not valid YAML{where}: {problem}",
                          "fix the YAML syntax (indentation, colons, quotes)") from None
     if data is None:
