@@ -149,3 +149,26 @@ def test_space_and_knowledge_help_give_an_example(command, example):
                           timeout=60, stdin=subprocess.DEVNULL)
     assert done.returncode == 0 and "\nexample:\n  python -m tuner " in done.stdout, done.stdout
     assert f"\n  {example}" in done.stdout, done.stdout
+
+
+def test_runs_last_table_says_where_each_trial_differs_from_the_winner(tuner):
+    """Its rows listed every flag that varied among them, cut at one width: each ended in "+4 more". Now each
+    lists where it differs from the winner, whole where the screen is no terminal, cut to COLUMNS where set."""
+    names = ("max-running-requests", "cuda-graph-max-bs-decode", "chunked-prefill-size", "max-prefill-tokens",
+             "schedule-conservativeness")
+    params = "".join(f"  {name}: {{type: categorical, choices: [64, 128, 256]}}\n" for name in names)
+    baseline = "{" + ", ".join(f"{name}: 128" for name in names) + "}"
+    space = tuner.space(instant_space("wide", params=params, baseline=baseline))
+    done = tuner.run("run", "--trials", "4", "--space", str(space), "--simulate", "instant")
+    assert done.returncode == 0, done.stderr[-3000:]
+    study = tuner.study("wide")
+    best = max((t for t in study.trials if t.user_attrs["feasible"]), key=lambda t: t.value)
+    lines = done.stderr.split(f"differs from trial {best.number}\n", 1)[1].split("\nnext:", 1)[0].splitlines()
+    rows = {int(line.split()[0]): line.split(None, 4)[4] for line in lines}
+    assert rows.pop(best.number) == "(the winner)"
+    for number, flags in rows.items():
+        params = study.trials[number].params
+        assert flags.split() == [f"{k}={v}" for k, v in params.items() if v != best.params[k]], (number, flags)
+    done = tuner.run("run", "--trials", "4", "--space", str(space), "--simulate", "instant", env={"COLUMNS": "90"})
+    table = done.stderr.split(f"differs from trial {best.number}\n", 1)[1].split("\nnext:", 1)[0]
+    assert all(len(line) <= 90 for line in table.splitlines()), table

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import statistics
 import sys
 import textwrap
@@ -193,13 +192,19 @@ def summary(study: optuna.Study, spec: Spec, top: int = 5, dashboard: str | None
     gain = versus_baseline(study, best, metric)
     if gain:
         lines.append(f"  {gain}")
-    lines.append(f"{'trial':>5}  {metric:>18}  {'p99_ttft_ms':>11}  {'p99_itl_ms':>10}  where they differ")
+    # Each row says where its trial differs from the winner, as show does. It listed every flag that varied
+    # among the rows, in the space's order, and cut each row at the same width: every row ended in "+4 more",
+    # the flags that told them apart cut off. A row is cut only to fit a terminal; a log keeps it whole.
+    reference = best.trial
+    lines.append(f"{'trial':>5}  {metric:>18}  {'p99_ttft_ms':>11}  {'p99_itl_ms':>10}  "
+                 f"differs from trial {reference.number}")
     shown = feasible[:top]
-    varying = [k for k in dict.fromkeys(k for t in shown for k in t.params)
-               if len({format_value(t.params.get(k)) for t in shown}) > 1]  # what tells them apart
-    room = max(30, shutil.get_terminal_size((120, 24)).columns - 53)
+    room = _room()
     for t in shown:
-        flags = fit([f"{k}={format_value(t.params.get(k))}" for k in varying], room)
+        differ = [f"{k}={format_value(t.params.get(k))}" for k in dict.fromkeys([*reference.params, *t.params])
+                  if format_value(t.params.get(k)) != format_value(reference.params.get(k))]
+        flags = "(the winner)" if t.number == reference.number else \
+            fit(differ, room) if room else " ".join(differ) or "(the same flags)"
         lines.append(f"{t.number:>5}  {t.user_attrs.get(metric, 0):>18.1f}  {t.user_attrs.get('p99_ttft_ms', 0):>11.0f}"
                      f"  {t.user_attrs.get('p99_itl_ms', 0):>10.1f}  {flags}")
     steps = [] if best.confirmed else [(f"python -m tuner confirm{at} --top 3 --repeats 3",
@@ -210,6 +215,13 @@ def summary(study: optuna.Study, spec: Spec, top: int = 5, dashboard: str | None
     if dashboard:  # longer: it keeps its own width
         steps.append((dashboard, "every trial, its note and server log"))
     return "\n".join(lines + ["next:"] + [f"  {command.ljust(pad)}   # {why}" for command, why in steps])
+
+
+def _room() -> int | None:
+    """Characters left for the flags of a row of the last screen (it goes to stderr) after the figures; None
+    where stderr is no terminal and COLUMNS is unset (a log, a pipe): nothing is cut."""
+    width = terminal_columns(sys.stderr)
+    return max(30, width - 53) if width else None
 
 
 def fit(items: Sequence[str], room: int) -> str:
