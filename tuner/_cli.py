@@ -6,6 +6,7 @@ import argparse
 import difflib
 import os
 import re
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -241,8 +242,9 @@ def _main(argv: Sequence[str] | None) -> int:
     except TunerError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as exc:
+        # 128 + the signal, as a shell reports it: 130 for Ctrl-C, 143 for SIGTERM (tuner/_errors.py, Stopped).
+        return 128 + getattr(exc, "signum", signal.SIGINT)
 
 
 def _dispatch(args: argparse.Namespace) -> int:

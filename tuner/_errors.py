@@ -61,3 +61,12 @@ class KnowledgeError(UsageError):
 
 class ServerError(TunerError):
     """The server did not behave as an HTTP inference server should."""
+
+
+class Stopped(KeyboardInterrupt):
+    """A run stopped by a signal (Ctrl-C, SIGTERM). The exit status is 128 + its number, as a shell reports a
+    process the signal killed: 130 for Ctrl-C, 143 for SIGTERM, so that a supervisor can tell them apart."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"signal {signum}")
+        self.signum = signum

@@ -16,7 +16,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
-from ._errors import UsageError
+from ._errors import Stopped, UsageError
 from ._redact import Redactor, redact_env, redact_url
 from .engines import get_engine
 from .results import Progress, summary, target_args, write_last_run
@@ -233,10 +233,11 @@ def run(options: RunOptions, stream=sys.stderr) -> optuna.Study:
             try:
                 _while_main_thread_listens(
                     lambda: _optimize(study, worker, budget, n_jobs, options.timeout, progress))
-            except (KeyboardInterrupt, Interrupted):
+            except (KeyboardInterrupt, Interrupted) as exc:
                 ctx.cancel.set()
                 progress.say(interrupted_line(worker.interrupted))
-                raise KeyboardInterrupt from None
+                # The signal that stopped it decides the exit status (tuner/_cli.py); Ctrl-C where none is known.
+                raise Stopped(getattr(exc, "signum", signal.SIGINT)) from None
     shown = redact_url(options.storage)
     progress.say(summary(study, spec, dashboard=f"optuna-dashboard {shown} --artifact-dir {artifacts}",
                          where=shlex.join(target_args(options.storage, study, options.workdir))))
@@ -394,7 +395,7 @@ def _interrupts_cancel(cancel: threading.Event) -> Iterator[None]:
     torn down, and the trials are marked interrupted."""
     def handler(signum: int, frame: object) -> None:
         cancel.set()
-        raise KeyboardInterrupt(f"signal {signum}")
+        raise Stopped(signum)
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
