@@ -79,7 +79,9 @@ def _jsonl(path: str, text: str, fmt: str) -> list[tuple[Any, ...]]:
             raise TraceError(f"trace {path} row {n}: is not a JSON object")
         where = f"trace {path} row {n}"
         if fmt == "mooncake":
-            ids = _field(row, "hash_ids", where, list) if "hash_ids" in row else []
+            ids = row.get("hash_ids") or []
+            if not isinstance(ids, list):
+                raise TraceError(f"{where}: hash_ids is {ids!r:.40}, not a list of whole numbers")
             if not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
                 raise TraceError(f"{where}: hash_ids must be a list of whole numbers")
             rows.append((_number(row, "timestamp", where) / 1000.0, _count(row, "input_length", where),
@@ -106,14 +108,14 @@ def _azure(path: str, text: str) -> list[tuple[Any, ...]]:
     return rows
 
 
-def _field(row: dict[str, Any], name: str, where: str, kind: type, extra: str = "") -> Any:
+def _field(row: dict[str, Any], name: str, where: str, extra: str = "") -> Any:
     if row.get(name) in (None, ""):
         raise TraceError(f"{where}: has no {name}{' ' + extra if extra else ''}")
     return row[name]
 
 
 def _number(row: dict[str, Any], name: str, where: str) -> float:
-    value = _field(row, name, where, float)
+    value = _field(row, name, where)
     try:
         if isinstance(value, bool):
             raise ValueError
@@ -126,7 +128,7 @@ def _number(row: dict[str, Any], name: str, where: str) -> float:
 
 
 def _count(row: dict[str, Any], name: str, where: str, extra: str = "") -> int:
-    value = _field(row, name, where, int, extra)
+    value = _field(row, name, where, extra)
     try:
         if isinstance(value, bool) or isinstance(value, float) and not value.is_integer():
             raise ValueError
@@ -139,7 +141,7 @@ def _count(row: dict[str, Any], name: str, where: str, extra: str = "") -> int:
 
 
 def _datetime(row: dict[str, Any], where: str) -> float:
-    value = _field(row, "TIMESTAMP", where, str)
+    value = _field(row, "TIMESTAMP", where)
     # Azure's stamps carry 7 fractional digits ("2023-11-16 18:15:46.6805900"); datetime reads at most 6.
     head, dot, frac = value.strip().partition(".")
     try:
