@@ -47,6 +47,7 @@ class StreamEvent:
     logprobs: tuple[float | None, ...] = ()
     finished: bool = False
     prompt_tokens: int | None = None
+    cached_tokens: int | None = None  # prompt tokens the prefix cache served, where the engine says (SGLang)
 
 
 class StreamParser(Protocol):

@@ -284,4 +284,5 @@ class _SGLangStream:
             raise StreamErrorEvent(f"request aborted by the server: {finish.get('message') or finish}"[:300])
         lps = tuple(finite_or_none(t[0]) for t in meta.get("output_token_logprobs") or ())
         return StreamEvent(text=data.get("text", ""), completion_tokens=meta.get("completion_tokens"),
-                           logprobs=lps, finished=finish is not None, prompt_tokens=meta.get("prompt_tokens"))
+                           logprobs=lps, finished=finish is not None, prompt_tokens=meta.get("prompt_tokens"),
+                           cached_tokens=meta.get("cached_tokens"))

@@ -16,6 +16,7 @@ from .._errors import SpaceError
 from ._datasets import load_rows
 from ._schema import Section, check_type, did_you_mean
 from ._space import Space, parse_constraints, parse_params
+from ._traces import TRACE_FORMATS, TraceError, load_trace
 
 ENGINES = ("sglang", "vllm")
 SLO_METRICS = ("ttft", "tpot", "e2el")  # SGLang's goodput SLOs (tuner/trial/_goodput.py)
@@ -86,6 +87,16 @@ class SharedPrefix:
 
 
 @dataclass(frozen=True)
+class TraceSpec:
+    """A request trace replayed at its arrival times divided by `scale` (tuner/spec/_traces.py)."""
+
+    path: str
+    format: str = "jsonl"  # mooncake, azure or jsonl
+    scale: float = 1.0  # 2: twice as fast
+    limit: int | None = None  # the first rows only
+
+
+@dataclass(frozen=True)
 class ProbeSpec:
     concurrency: tuple[int, ...] = (64,)
     requests: int = 128
@@ -113,6 +124,8 @@ class ProbeSpec:
     max_in_flight: int | None = None
     # An open-loop level whose 90th percentile of send lateness is above this fails as client_too_slow.
     max_send_lateness: float = 0.05
+    # A trace replayed as one more open-loop level, and the rate search's arrivals (its time axis scaled).
+    trace: TraceSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -332,7 +345,7 @@ def _parse_probe(s: Section) -> ProbeSpec:
         burstiness=s.get("burstiness", float, 1.0), max_in_flight=s.get("max-in-flight", int, None),
         max_send_lateness=s.get("max-send-lateness", float, 0.05),
         dataset_format=s.get("dataset-format", str, "jsonl"), shared_prefix=_parse_shared_prefix(s),
-        prune=s.get("prune", bool, True))
+        prune=s.get("prune", bool, True), trace=_parse_trace(s))
     for key, value in (("requests", probe.requests), ("input-len", probe.input_len),
                        ("output-len", probe.output_len)):
         if value < 1:
@@ -357,8 +370,38 @@ def _parse_probe(s: Section) -> ProbeSpec:
             raise SpaceError(s.child("shared-prefix"), "cannot be used with probe.dataset",
                              "drop one of them: the shared-prefix workload makes its own prompts")
         _check_dataset(probe, s.child("dataset"))
+    if probe.trace and (probe.dataset or probe.shared_prefix):
+        other = "dataset" if probe.dataset else "shared-prefix"
+        raise SpaceError(s.child("trace"), f"cannot be used with probe.{other}",
+                         "drop one of them: a trace gives the prompts' lengths and prefixes itself")
     s.done()
     return probe
+
+
+def _parse_trace(s: Section) -> TraceSpec | None:
+    """`trace: {path, format, scale, limit}`; the file is read now, so a bad row is refused before launch."""
+    if s.data.get("trace") is None:
+        s.get("trace", dict, None)  # known key, left out or null
+        return None
+    t = s.section("trace")
+    trace = TraceSpec(t.get("path", str), t.get("format", str, "jsonl"), t.get("scale", float, 1.0),
+                      t.get("limit", int, None))
+    if trace.format not in TRACE_FORMATS:
+        raise SpaceError(t.child("format"), f"unknown trace format '{trace.format}'",
+                         did_you_mean(trace.format, TRACE_FORMATS) or f"use one of {', '.join(TRACE_FORMATS)}")
+    if trace.scale <= 0:
+        raise SpaceError(t.child("scale"), "must be positive", "give 1 for the trace's own pace, 2 for twice as fast")
+    if trace.limit is not None and trace.limit < 1:
+        raise SpaceError(t.child("limit"), "must be at least 1", "give a number of rows, or leave it out for all")
+    t.done()
+    if not Path(trace.path).is_file():
+        raise SpaceError(t.child("path"), f"{trace.path} does not exist",
+                         "give a local trace file (search_spaces/traces/ has an example of each format)")
+    try:
+        load_trace(trace.path, trace.format, trace.limit)
+    except TraceError as exc:
+        raise SpaceError("", str(exc), f"fix the file, or check probe.trace.format ({trace.format})") from None
+    return trace
 
 
 DATASET_FORMATS = ("jsonl", "sharegpt")
