@@ -134,6 +134,6 @@ def test_the_batch_spans_the_captured_graph_sizes_and_the_prompt_crosses_a_chunk
     assert gate_shape({"cuda_graph_bs": [1, 2, 4, 160]}, (8,), spec).batch_size == spec.max_batch
     assert gate_shape({}, (16,), spec).batch_size == 16
     shape = gate_shape({"chunked_prefill_size": 2048, "max_req_input_len": 131071}, (16,), spec)
-    assert shape.long_prompt_words > 2048 and shape.chunk_size == 2048
-    # A context too short to hold the long prompt caps it (inside the context, even if words split in two).
-    assert gate_shape({"chunked_prefill_size": 8192, "max_req_input_len": 8191}, (16,), spec).long_prompt_words < 4096
+    assert shape.long_prompt_tokens > 2048 and shape.chunk_size == 2048
+    # A context too short to hold the long prompt caps it, with room for the output.
+    assert gate_shape({"chunked_prefill_size": 8192, "max_req_input_len": 8191}, (16,), spec).long_prompt_tokens < 8191 - 16

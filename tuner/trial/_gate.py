@@ -16,6 +16,7 @@ import tenacity
 
 from .._failures import FailureKind, TrialFailure
 from ..engines import CheckSkipped, Completion, Engine
+from ..engines._base import prompt_ids_from_server
 from ..spec import GateSpec
 from ._textcheck import degenerate_reason, nan_positions
 from ._watch import Limits, Watch
@@ -42,12 +43,12 @@ class GateShape:
 
     batch_size: int | None = None  # batch-consistency: how many prompts are sent at once
     chunk_size: int | None = None  # the configuration's prefill chunk, in tokens; None: not chunked
-    long_prompt_words: int | None = None  # long-context-consistency: the long prompt's length in words
+    long_prompt_tokens: int | None = None  # long-context-consistency: the long prompt's length in tokens
 
 
 # SGLang's chunked-prefill-size where a space sets none (its default on 80 GB GPUs).
 DEFAULT_CHUNK = 8192
-# A filler text of common words, each one token in real tokenizers: a prompt of N words is about N tokens.
+# The long prompt's text: common words, repeated (its length in tokens is measured by the server's tokenizer).
 _FILLER = ("the river runs past the old mill and the town where the people work the land and keep the "
            "bridge in good repair for the winter when the water is high and cold").split()
 # The other prompts of a batch: different from the gate's prompts and from each other.
@@ -78,11 +79,10 @@ def gate_shape(info: Mapping[str, object], concurrency: tuple[int, ...], spec: G
     chunk = number(info.get("chunked_prefill_size"))
     context = number(info.get("max_req_input_len")) or number(info.get("context_length")) \
         or number(info.get("max_model_len"))
-    words = (chunk + chunk // 4 + 64) if chunk else 2 * DEFAULT_CHUNK
+    tokens = (chunk + chunk // 4 + 64) if chunk else 2 * DEFAULT_CHUNK
     if context:
-        # Real tokenizers split some words in two: half the context keeps the prompt inside it.
-        words = min(words, (context - spec.max_new_tokens) // 2)
-    return GateShape(max(2, batch), chunk, words if words > 0 else None)
+        tokens = min(tokens, context - spec.max_new_tokens - 64)  # room for the output and the prompt's tail
+    return GateShape(max(2, batch), chunk, tokens if tokens > 0 else None)
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,7 @@ def run_gate(client: httpx.Client, engine: Engine, spec: GateSpec, *, stage: str
     divergences: list[Divergence] = []
     alone: dict[str, Completion] = {}
     figures: dict[str, float] = {}
-    shape = shape or GateShape(batch_size=spec.max_batch, long_prompt_words=2 * DEFAULT_CHUNK)
+    shape = shape or GateShape(batch_size=spec.max_batch, long_prompt_tokens=2 * DEFAULT_CHUNK)
 
     def fail(kind: FailureKind, prompt: str, message: str, completion: Completion | None = None) -> None:
         shown = f"prompt: {prompt!r}\noutput: {completion.text[:300]!r}" if completion else f"prompt: {prompt!r}"
@@ -197,7 +197,7 @@ def run_gate(client: httpx.Client, engine: Engine, spec: GateSpec, *, stage: str
         figures["batch-consistency"] = _batch_consistency(client, engine, spec, alone, shape.batch_size, stage,
                                                           timeouts, fail)
         passed.add("batch-consistency")
-    if spec.enabled("long-context-consistency") and shape.long_prompt_words:
+    if spec.enabled("long-context-consistency") and shape.long_prompt_tokens:
         try:
             figures["long-context-consistency"] = _long_context(client, engine, spec, shape, stage, timeouts,
                                                                 fail)
@@ -267,7 +267,13 @@ def _long_context(client: httpx.Client, engine: Engine, spec: GateSpec, shape: G
     """Decode vs re-prefill after a prompt longer than a prefill chunk: chunked prefill and the KV pages it
     writes (a chunk's KV stored wrong reads back only in the decode that follows) must give what one
     re-prefill of prompt and output gives."""
-    words = shape.long_prompt_words or 0
+    target = shape.long_prompt_tokens or 0
+    sample = " ".join(_FILLER * 8)
+    try:
+        per_word = len(_request(lambda: prompt_ids_from_server(client, sample), stage, timeouts)) / (8 * len(_FILLER))
+    except CheckSkipped:
+        per_word = 2.0  # no tokenizer to ask: a generous guess keeps the prompt inside the context
+    words = max(1, int(target / max(per_word, 0.5)))
     filler = " ".join(_FILLER[i % len(_FILLER)] for i in range(words))
     prompt = f"{filler}\n\nContinue the story of the river:"
     completion = _complete(client, engine, prompt, spec.max_new_tokens, stage, timeouts)
