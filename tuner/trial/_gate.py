@@ -229,6 +229,12 @@ def _batch_consistency(client: httpx.Client, engine: Engine, spec: GateSpec, alo
     others = [f"Write a few sentences about {_TOPICS[i % len(_TOPICS)]} ({i + 1})." for i in range(size)]
     batch = (prompts + others)[:max(size, len(prompts))]
     got = _request(lambda: engine.complete_batch(client, batch, spec.max_new_tokens), stage, timeouts)
+    # NaN first, in any sequence of the batch: a batched NaN is `nan`, not the wrong tokens it leads to.
+    for prompt, completion in zip(batch, got):
+        bad = nan_positions(completion.logprobs)
+        if bad:
+            fail(FailureKind.NAN, prompt, f"batch-consistency: logprob of output token {bad[0]} is NaN or inf (null) "
+                 f"in a batch of {len(batch)}", completion)
     worst = 0.0
     for prompt, completion in zip(prompts, got):
         want = alone[prompt]
