@@ -144,6 +144,11 @@ class Engine:
     def complete(self, client: httpx.Client, prompt: str, max_tokens: int) -> Completion:
         raise NotImplementedError
 
+    def complete_batch(self, client: httpx.Client, prompts: list[str], max_tokens: int) -> list[Completion]:
+        """Greedy completions of `prompts`, sent as one request so that the server schedules them together (one
+        decode batch); in the order given."""
+        raise NotImplementedError
+
     def prefill_logprobs(self, client: httpx.Client, prompt: str, completion: Completion) -> tuple[float | None, ...]:
         """Logprobs of the completion's tokens when prompt + completion is prefilled at once."""
         raise NotImplementedError
