@@ -20,10 +20,10 @@ from ._errors import Stopped, UsageError
 from ._redact import Redactor, redact_env, redact_url
 from .engines import get_engine
 from .results import Progress, summary, target_args, write_last_run
-from .search import (ContextRecorder, GpuProbe, Interrupted, Learning, MemoryBaseline, NotStarted, SlotPool, Surplus,
+from .search import (REMEASURE_ATTR, ContextRecorder, GpuProbe, Interrupted, Learning, MemoryBaseline, NotStarted, SlotPool, Surplus,
                      TrialBudget, WarmStart, Worker, best_context, check_gpu_ids, fail_trials_of_dead_workers, gather,
                      heartbeat_settings, learn_line, load_or_create, open_storage, parse_gpu_list, record_learning,
-                     stored_context, study_exists, warm_start)
+                     stored_context, study_exists, reference_gap, warm_start)
 from .spec import Spec, load_spec
 from .trial import LENGTHS_ATTR, TrialContext, end_orphans, lengths_attr, model_tokens, words_note
 from .versions import (AUTO, DEFAULT_PROFILE, SIM_SPEED, CheckReport, ServerVersion, add_verdict, check_flags,
@@ -193,6 +193,7 @@ def run(options: RunOptions, stream=sys.stderr) -> optuna.Study:
         progress.say(f"failed trial(s) {died}, left RUNNING by a worker of this folder that was killed; "
                      "each is run again once")
     _requeue_interrupted(study)
+    _gate_notes(study, spec, progress)
     # What `confirm` needs to launch the same servers again.
     study.set_user_attr("server_command", list(prepared.command))
     study.set_user_attr("simulate", prepared.profile)
@@ -242,6 +243,24 @@ def run(options: RunOptions, stream=sys.stderr) -> optuna.Study:
     progress.say(summary(study, spec, dashboard=f"optuna-dashboard {shown} --artifact-dir {artifacts}",
                          where=shlex.join(target_args(options.storage, study, options.workdir))))
     return study
+
+
+def _gate_notes(study: optuna.Study, spec: Spec, progress: Progress) -> None:
+    """On the run's first screen: a gate looser than shipped (and recorded with the study), and a baseline that
+    lacks what a check needs (its configuration then runs again, once, to record it)."""
+    loosened = {k: v for k, v in spec.gate.loosened.items() if k != "why"}
+    if loosened:
+        progress.say(f"gate loosened by this space: {', '.join(f'{k} {v}' for k, v in loosened.items())} "
+                     f"(why: {spec.gate.loosened.get('why')})")
+    study.set_user_attr("gate_loosened", dict(spec.gate.loosened) or None)
+    gap = reference_gap(study.user_attrs)
+    if gap is None or spec.space.baseline is None or not spec.gate.enabled("logprob-consistency") \
+            or spec.gate.logprob_excess_tolerance is None:
+        return
+    progress.say(gap)
+    if not any(t.state == TrialState.WAITING and t.user_attrs.get(REMEASURE_ATTR)
+               for t in study.get_trials(deepcopy=False)):
+        study.enqueue_trial(dict(spec.space.baseline), user_attrs={"baseline": True, REMEASURE_ATTR: True})
 
 
 def _learn(options: RunOptions, prepared: Prepared, study_name: str,

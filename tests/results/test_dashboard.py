@@ -116,7 +116,8 @@ def test_every_trial_shows_outcome_metrics_note_and_log(study_folder, dashboard)
             assert "known-answer" in attrs["gate_checks"]
         else:
             assert "NaN" in attrs["failure_message"]
-            assert attrs["failure_stage"] == "probe"
+            # The gate's batch-consistency sends a batch past 32 before the probe does.
+            assert attrs["failure_stage"] == "gate"
         # The note: what was tried and what happened, readable without the attrs table.
         body = trial["note"]["body"]
         value = t.user_attrs["flags"]["schedule-conservativeness"]  # what was launched: on the step grid
@@ -126,7 +127,7 @@ def test_every_trial_shows_outcome_metrics_note_and_log(study_folder, dashboard)
             assert "**What happened:** gate passed" in body
         else:
             assert body.startswith(f"### Trial {t.number}: **infeasible** (nan)")
-            assert "**What happened:** nan in stage `probe`" in body
+            assert "**What happened:** nan in stage `gate`" in body
         # The server log, downloadable as the artifact the dashboard lists.
         logs = [a for a in trial["artifacts"] if a["filename"] == "server.log"]
         assert len(logs) == 1, trial["artifacts"]

@@ -132,3 +132,44 @@ def test_arbitrary_text_loads_or_raises_its_own_error(text):
         parse_spec(text)
     except TunerError:
         pass
+
+
+# -- the gate as shipped is the gate that runs ---------------------------------------------------------------
+
+def test_no_shipped_space_loosens_the_gate_unstated():
+    from pathlib import Path
+
+    from tuner.spec._spec import LOOSENABLE, GateSpec, load_spec
+    spaces = sorted((Path(__file__).parents[2] / "search_spaces").glob("*.yaml"))
+    assert spaces
+    for path in spaces:
+        gate = load_spec(path).gate
+        for key in LOOSENABLE:
+            value, default = getattr(gate, key.replace("-", "_")), getattr(GateSpec, key.replace("-", "_"))
+            if key in gate.loosened:
+                assert gate.loosened.get("why"), f"{path.name}: gate.loosen without a why"
+                continue
+            assert (value is None) == (default is None) and (value is None or value <= default), \
+                f"{path.name}: {key} {value} is looser than the default {default} and not in gate.loosen"
+
+
+GATE_SPACE = """
+name: g
+engine: sglang
+server: {model-path: /m}
+params: {mem-fraction-static: {type: float, low: 0.7, high: 0.9}}
+gate:
+  checks: [finite-logprobs]
+"""
+
+
+def test_a_looser_tolerance_needs_gate_loosen_with_a_why():
+    with pytest.raises(SpaceError) as exc:
+        parse_spec(GATE_SPACE + "  logprob-tolerance: 0.5\n")
+    assert "looser than the shipped default" in str(exc.value) and "gate.loosen" in str(exc.value)
+    with pytest.raises(SpaceError, match="has no 'why'"):
+        parse_spec(GATE_SPACE + "  loosen: {logprob-tolerance: 0.5}\n")
+    spec = parse_spec(GATE_SPACE + "  loosen: {logprob-tolerance: 0.5, why: measured 0.3 on fp8}\n")
+    assert spec.gate.logprob_tolerance == 0.5 and spec.gate.loosened["why"] == "measured 0.3 on fp8"
+    # Tighter than the default needs no statement.
+    assert parse_spec(GATE_SPACE + "  logprob-tolerance: 0.05\n").gate.logprob_tolerance == 0.05

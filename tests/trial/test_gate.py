@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from tuner._failures import FailureKind, TrialFailure
-from tuner.trial._gate import run_gate
+from tuner.trial._gate import GateShape, gate_shape, run_gate
 from tuner.spec._spec import GatePrompt, GateSpec
 from tuner.engines import SGLang
 from tuner.sim._profile import PROFILE_DIR
@@ -88,3 +88,52 @@ def test_a_drift_within_the_tolerance_fails_over_the_baseline(start_sim, tmp_pat
             run_gate(client, SGLang(), SPEC, reference=baseline.reference, reference_diffs=baseline.logprob_diffs)
         assert exc.value.kind is FailureKind.INCONSISTENT_LOGPROBS and "more than the baseline's" in exc.value.message
         assert run_gate(client, SGLang(), SPEC, reference=baseline.reference).max_logprob_diff < SPEC.logprob_tolerance
+
+
+# -- the self-comparisons: no known answer needed, any model ----------------------------------------------------
+
+SELF = replace(SPEC, checks=("batch-consistency", "long-context-consistency"))
+
+
+def _self_gate(sim, spec: GateSpec = SELF, shape: GateShape | None = None):
+    with httpx.Client(base_url=sim.url, timeout=60) as client:
+        info = client.get("/server_info").json()
+        return run_gate(client, SGLang(), spec, shape=shape or gate_shape(info, (64,), spec))
+
+
+def test_a_healthy_server_agrees_with_itself_in_a_batch_and_over_a_long_context(start_sim):
+    result = _self_gate(start_sim("--chunked-prefill-size", "512"))
+    assert {"batch-consistency", "long-context-consistency"} <= set(result.checks)
+    assert set(result.figures) == {"batch-consistency", "long-context-consistency"}
+    assert all(v < 0.1 for v in result.figures.values())
+
+
+def test_an_answer_that_depends_on_its_batch_fails_batch_consistency(start_sim):
+    sim = start_sim(faults="batch_slot_error=8")
+    with pytest.raises(TrialFailure) as exc:
+        _self_gate(sim, replace(SELF, checks=("batch-consistency",)))
+    assert exc.value.kind in (FailureKind.WRONG_ANSWER, FailureKind.INCONSISTENT_LOGPROBS)
+    assert exc.value.message.startswith("batch-consistency:")
+    # The same server passes the single-prompt checks: only a batch shows the fault.
+    _gate(sim, replace(SPEC, checks=("logprob-consistency", "determinism")))
+
+
+def test_a_chunked_prefill_kv_error_fails_long_context_consistency(start_sim):
+    sim = start_sim("--chunked-prefill-size", "512", faults="chunk_kv_error")
+    with pytest.raises(TrialFailure) as exc:
+        _self_gate(sim, replace(SELF, checks=("long-context-consistency",)))
+    assert exc.value.kind is FailureKind.INCONSISTENT_LOGPROBS
+    assert exc.value.message.startswith("long-context-consistency:") and "-token prompt" in exc.value.message
+    # Short prompts fit in one chunk: the single-prompt decode vs re-prefill check does not see it.
+    _gate(sim, replace(SPEC, checks=("logprob-consistency", "batch-consistency")))
+
+
+def test_the_batch_spans_the_captured_graph_sizes_and_the_prompt_crosses_a_chunk():
+    spec = SELF
+    assert gate_shape({"cuda_graph_config": {"decode": {"bs": [1, 2, 4, 8, 16, 24]}}}, (128,), spec).batch_size == 24
+    assert gate_shape({"cuda_graph_bs": [1, 2, 4, 160]}, (8,), spec).batch_size == spec.max_batch
+    assert gate_shape({}, (16,), spec).batch_size == 16
+    shape = gate_shape({"chunked_prefill_size": 2048, "max_req_input_len": 131071}, (16,), spec)
+    assert shape.long_prompt_tokens > 2048 and shape.chunk_size == 2048
+    # A context too short to hold the long prompt caps it, with room for the output.
+    assert gate_shape({"chunked_prefill_size": 8192, "max_req_input_len": 8191}, (16,), spec).long_prompt_tokens < 8191 - 16

@@ -47,6 +47,7 @@ class StreamEvent:
     logprobs: tuple[float | None, ...] = ()
     finished: bool = False
     prompt_tokens: int | None = None
+    cached_tokens: int | None = None  # prompt tokens the prefix cache served, where the engine says (SGLang)
 
 
 class StreamParser(Protocol):
@@ -141,6 +142,11 @@ class Engine:
 
     # -- gate and probe ----------------------------------------------------------------------------
     def complete(self, client: httpx.Client, prompt: str, max_tokens: int) -> Completion:
+        raise NotImplementedError
+
+    def complete_batch(self, client: httpx.Client, prompts: list[str], max_tokens: int) -> list[Completion]:
+        """Greedy completions of `prompts`, sent as one request so that the server schedules them together (one
+        decode batch); in the order given."""
         raise NotImplementedError
 
     def prefill_logprobs(self, client: httpx.Client, prompt: str, completion: Completion) -> tuple[float | None, ...]:

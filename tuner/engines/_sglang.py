@@ -154,6 +154,22 @@ class SGLang(Engine):
         return Completion(text=data.get("text", ""), token_ids=ids,
                           logprobs=tuple(finite_or_none(t[0]) for t in out), prompt_ids=prompt_ids)
 
+    def complete_batch(self, client: httpx.Client, prompts: list[str], max_tokens: int) -> list[Completion]:
+        # A list of texts is one batch request: the tokenizer manager hands them to the scheduler together.
+        body = {"text": list(prompts), "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0.0},
+                "return_logprob": True, "logprob_start_len": 0}
+        response = client.post("/generate", json=body)
+        response.raise_for_status()
+        out = []
+        for data in response.json():
+            meta = data.get("meta_info", {})
+            entries = meta.get("output_token_logprobs") or []
+            ids = tuple(int(t[1]) for t in entries) or tuple(data.get("output_ids") or ())
+            out.append(Completion(text=data.get("text", ""), token_ids=ids,
+                                  logprobs=tuple(finite_or_none(t[0]) for t in entries),
+                                  prompt_ids=tuple(int(t[1]) for t in meta.get("input_token_logprobs") or [])))
+        return out
+
     def prefill_logprobs(self, client: httpx.Client, prompt: str, completion: Completion) -> tuple[float | None, ...]:
         # With the prompt in front: the output's first token then has a logprob (the first of a prefill has
         # none, which without the prompt would read as NaN).
@@ -284,4 +300,5 @@ class _SGLangStream:
             raise StreamErrorEvent(f"request aborted by the server: {finish.get('message') or finish}"[:300])
         lps = tuple(finite_or_none(t[0]) for t in meta.get("output_token_logprobs") or ())
         return StreamEvent(text=data.get("text", ""), completion_tokens=meta.get("completion_tokens"),
-                           logprobs=lps, finished=finish is not None, prompt_tokens=meta.get("prompt_tokens"))
+                           logprobs=lps, finished=finish is not None, prompt_tokens=meta.get("prompt_tokens"),
+                           cached_tokens=meta.get("cached_tokens"))

@@ -183,6 +183,18 @@ class VLLM(Engine):
         prompt_ids = tuple(int(t) for t in choice.get("prompt_token_ids") or ())
         return Completion(text=choice.get("text") or "", token_ids=ids, logprobs=lps, prompt_ids=prompt_ids)
 
+    def complete_batch(self, client: httpx.Client, prompts: list[str], max_tokens: int) -> list[Completion]:
+        # A list of prompts is one request: the engine schedules them together. Choices come back by index.
+        body = {"prompt": list(prompts), "max_tokens": max_tokens, "temperature": 0.0, "logprobs": 0,
+                "return_token_ids": True}
+        response = client.post("/v1/completions", json=body)
+        response.raise_for_status()
+        choices = sorted(response.json().get("choices") or [], key=lambda c: c.get("index", 0))
+        return [Completion(text=c.get("text") or "", token_ids=tuple(int(t) for t in c.get("token_ids") or ()),
+                           logprobs=tuple(finite_or_none(v) for v in (c.get("logprobs") or {}).get("token_logprobs")
+                                          or ()),
+                           prompt_ids=tuple(int(t) for t in c.get("prompt_token_ids") or ())) for c in choices]
+
     def prefill_logprobs(self, client: httpx.Client, prompt: str, completion: Completion) -> tuple[float | None, ...]:
         if not completion.token_ids:
             return ()

@@ -182,6 +182,8 @@ def summary(study: optuna.Study, spec: Spec, top: int = 5, dashboard: str | None
     # Each command printed names the storage and study this run used (`where`): in this folder, the default
     # storage may hold another study, and its winner is not the one to deploy.
     at = f" {where}" if where else ""
+    from ._show import _gate_lines
+    lines += _gate_lines(study.user_attrs)
     try:
         best = winner(study)
     except NoEligibleTrialError:

@@ -35,6 +35,17 @@ from ._study import set_user_attrs, study_lock
 
 REFERENCE_ATTR = "reference"
 REFERENCE_DIFFS_ATTR = "reference_logprob_diffs"
+# A trial that runs the baseline's configuration again, only to record what the study's baseline lacks.
+REMEASURE_ATTR = "remeasure_reference"
+
+
+def reference_gap(study_attrs: Mapping[str, Any]) -> str | None:
+    """What the logprob-excess check cannot judge, where the baseline ran but recorded no reference
+    differences (studies from before they were recorded: the first GPU study's); None where nothing lacks."""
+    if study_attrs.get(REFERENCE_ATTR) is None or (study_attrs.get(REFERENCE_DIFFS_ATTR) or {}).get("diffs"):
+        return None
+    return ("logprob-excess check not run: the baseline has no reference differences (recorded before tuner "
+            "recorded them); the next baseline restart records them")
 # Flags that set the numbers' precision: decode vs re-prefill differences are compared with the baseline's only
 # where these are the baseline's (an fp8 KV cache differs more, and is not broken for it).
 PRECISION_FLAGS = ("dtype", "kv-cache-dtype", "quantization", "torchao-config")
@@ -275,7 +286,8 @@ class Worker:
                                            "space")
             return self._finish(trial, result, {})
         prior = self._claim(trial, key)
-        if prior is not None:
+        # The baseline run again to record what the study lacks is launched, never answered from its record.
+        if prior is not None and not trial.user_attrs.get(REMEASURE_ATTR):
             return self._reuse(trial, prior)
         judged = self._before_launch(trial, values, config)
         if judged is not None:
@@ -377,6 +389,10 @@ class Worker:
                 attrs["failure_kind"] = FailureKind.SLO_VIOLATION.value
                 attrs["slo_violations"] = slo
                 attrs["failure_message"] = "; ".join(slo)
+        gap = reference_gap(trial.study.user_attrs)
+        if gap and not extra.get("baseline") and result.gate is not None and self.spec.gate.enabled(
+                "logprob-consistency") and self.spec.gate.logprob_excess_tolerance is not None:
+            attrs["gate_skipped"] = {**attrs.get("gate_skipped", {}), "logprob-excess": gap}
         feasible = result.ok and attrs["failure_kind"] == "none"
         attrs["feasible"] = feasible
         attrs["ended_at"] = time.time()
@@ -385,7 +401,9 @@ class Worker:
         blameless = result.stopped_early or (result.failure is not None and not result.failure.kind.blames_config)
         trial.set_constraint(FEASIBILITY, feasibility_constraint(feasible, blameless))
         if feasible and extra.get("baseline") and result.gate is not None:
-            trial.study.set_user_attr(REFERENCE_ATTR, dict(result.gate.reference))
+            # A re-measure keeps the reference that earlier trials were judged against.
+            if not trial.user_attrs.get(REMEASURE_ATTR) or trial.study.user_attrs.get(REFERENCE_ATTR) is None:
+                trial.study.set_user_attr(REFERENCE_ATTR, dict(result.gate.reference))
             trial.study.set_user_attr(REFERENCE_DIFFS_ATTR, {"precision": _precision(result.config.flags),
                                                              "diffs": dict(result.gate.logprob_diffs)})
         self._annotate(trial, result, attrs, feasible)

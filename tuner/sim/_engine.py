@@ -34,7 +34,7 @@ class Req:
     """One request as the scheduler sees it. Subclasses turn emitted positions into tokens."""
 
     __slots__ = ("rid", "prompt_len", "target", "max_new", "cached", "prefilled", "n_out", "done", "arrival",
-                 "first_token_at", "finished_at", "aborted", "nan_tokens", "kv")
+                 "first_token_at", "finished_at", "aborted", "nan_tokens", "kv", "chunks")
 
     def __init__(self, rid: str, prompt_len: int, max_new: int, cached: int = 0, arrival: float = 0.0) -> None:
         self.rid = rid
@@ -51,6 +51,7 @@ class Req:
         self.finished_at: float | None = None
         self.nan_tokens = 0
         self.kv = 0  # tokens this request holds in the KV pool
+        self.chunks = 0  # prefill chunks run for it (more than one: a chunked prefill)
 
     def emit(self, nan: bool, decode: bool, batch: int, now: float) -> None:
         """Produce the next output token. `nan`: the logits of this step are NaN."""
@@ -283,6 +284,7 @@ class Scheduler:
                 if req.done:  # aborted while its chunk ran
                     continue
                 req.prefilled += take
+                req.chunks += 1
                 req.kv += take
                 self.used += take
                 if req.prefilled < req.target:

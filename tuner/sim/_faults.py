@@ -36,6 +36,12 @@ class Faults:
     # answer 503 meanwhile, as SGLang's do until its warm-up request is done (47 s of them seen on an H100).
     warmup_503: float = 0.0
     slow_exit: float = 0.0  # seconds from SIGTERM (its shutdown lines logged at once) to the exit
+    # A sequence's answer depends on its batch: decoded in a batch of at least this many sequences, its logits
+    # are another context's (a kernel chosen by batch size, or a CUDA graph captured wrong). Alone it is right.
+    batch_slot_error: int | None = None
+    # KV written past the first chunk of a chunked prefill is corrupt: the decode after a prompt longer than
+    # chunked-prefill-size reads another context. A prefill computes its logprobs right (the gate's re-prefill).
+    chunk_kv_error: bool = False
 
 
 _KINDS = {f.name: f.type for f in fields(Faults)}

@@ -8,6 +8,7 @@ flags and bad choices behave as they would there.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 import socket
@@ -69,6 +70,9 @@ def main(argv: list[str] | None = None) -> None:
     nonce = "" if seeded else f"{os.getpid()}-{time.time_ns()}"
     setup = make_setup(profile, values, seed=seed, nonce=nonce, visible_gpus=_visible_gpus(),
                        extra_nan_batch=faults.nan_when_batch_over)
+    if faults.batch_slot_error is not None or faults.chunk_kv_error:
+        setup = dataclasses.replace(setup, health=dataclasses.replace(
+            setup.health, batch_slot_error=faults.batch_slot_error, chunk_kv_error=faults.chunk_kv_error))
     try:
         asyncio.run(_serve(profile, setup, values, faults, scale, seed))
     except KeyboardInterrupt:

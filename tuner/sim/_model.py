@@ -392,6 +392,8 @@ class Health:
     logprob_drift: float = 0.0
     tie_flip: float = 0.0  # healthy: picks the runner-up where it is this close (kernels that round differently)
     decode_position_error: bool = False
+    batch_slot_error: int | None = None  # decode in a batch of at least this many reads another context
+    chunk_kv_error: bool = False  # decode after a prefill of more than one chunk reads another context
     crash_under_load: int | None = None  # after this many admitted requests
     crash_batch_over: int | None = None
     crash_message: str | None = None
@@ -399,7 +401,8 @@ class Health:
     @property
     def numerically_fine(self) -> bool:
         return (self.nan_after_tokens is None and self.nan_when_batch_over is None and not self.garbage
-                and not self.logprob_drift and not self.decode_position_error)
+                and not self.logprob_drift and not self.decode_position_error and self.batch_slot_error is None
+                and not self.chunk_kv_error)
 
 
 def evaluate_health(profile: Profile, namespace: Mapping[str, Any], extra_nan_batch: int | None = None) -> Health:

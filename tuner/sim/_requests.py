@@ -130,6 +130,10 @@ class GenRequest(Req):
             # A decode-position error (sglang-jax 0.0.1's RoPE one position too far): decode computes the logits
             # of another context than the one a re-prefill sees.
             seen = splitmix64(h ^ 0xD1CE) if decode and health.decode_position_error else h
+            # A batch-dependent error, or a chunked prefill's KV stored wrong: decode reads another context too.
+            if decode and (health.batch_slot_error is not None and batch >= health.batch_slot_error
+                           or health.chunk_kv_error and self.chunks > 1):
+                seen = splitmix64(h ^ 0xBA7C)
             tid = self._choose(seen)
             lp = logprob(seen, tid, self.tok.pseudo_ids, health.tie_flip)
             if numerics.jitter:

@@ -7,7 +7,9 @@ from ._datasets import WorkItem, load_rows
 from ._schema import did_you_mean
 from ._space import Param, ServerConfig, Space
 from ._space_text import rewrite
-from ._spec import GateSpec, ProbeSpec, RateSearchSpec, SharedPrefix, Spec, load_spec, parse_spec
+from ._spec import GateSpec, ProbeSpec, RateSearchSpec, SharedPrefix, Spec, TraceSpec, load_spec, parse_spec
+from ._traces import MOONCAKE_BLOCK, TraceRow, load_trace, mean_rate
 
-__all__ = ["GateSpec", "Param", "ProbeSpec", "RateSearchSpec", "ServerConfig", "SharedPrefix", "Space", "Spec",
-           "WorkItem", "did_you_mean", "load_rows", "load_spec", "parse_spec", "rewrite"]
+__all__ = ["MOONCAKE_BLOCK", "GateSpec", "Param", "ProbeSpec", "RateSearchSpec", "ServerConfig", "SharedPrefix",
+           "Space", "Spec", "TraceRow", "TraceSpec", "WorkItem", "did_you_mean", "load_rows", "load_spec",
+           "load_trace", "mean_rate", "parse_spec", "rewrite"]

@@ -16,6 +16,7 @@ import tenacity
 
 from .._failures import FailureKind, TrialFailure
 from ..engines import CheckSkipped, Completion, Engine
+from ..engines._base import prompt_ids_from_server
 from ..spec import GateSpec
 from ._textcheck import degenerate_reason, nan_positions
 from ._watch import Limits, Watch
@@ -31,6 +32,57 @@ class GateResult:
     logprob_diffs: Mapping[str, float] = field(default_factory=dict)  # prompt -> decode vs re-prefill
     skipped: Mapping[str, str] = field(default_factory=dict)  # check -> why it could not be done
     divergences: tuple[Divergence, ...] = ()  # where greedy output left the baseline's, as near-ties
+    # Each self-comparison's measured figure (worst mean |logprob| difference), recorded per trial so that a
+    # study on real kernels gives the distribution its tolerance should come from.
+    figures: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GateShape:
+    """What the self-comparisons need to know of the running server (from /server_info)."""
+
+    batch_size: int | None = None  # batch-consistency: how many prompts are sent at once
+    chunk_size: int | None = None  # the configuration's prefill chunk, in tokens; None: not chunked
+    long_prompt_tokens: int | None = None  # long-context-consistency: the long prompt's length in tokens
+
+
+# SGLang's chunked-prefill-size where a space sets none (its default on 80 GB GPUs).
+DEFAULT_CHUNK = 8192
+# The long prompt's text: common words, repeated (its length in tokens is measured by the server's tokenizer).
+_FILLER = ("the river runs past the old mill and the town where the people work the land and keep the "
+           "bridge in good repair for the winter when the water is high and cold").split()
+# The other prompts of a batch: different from the gate's prompts and from each other.
+_TOPICS = ("a harbour", "a mountain pass", "a market", "a library", "an orchard", "a railway", "a glacier",
+           "a forge", "a vineyard", "a canal", "an observatory", "a desert well", "a lighthouse", "a mill")
+
+
+def gate_shape(info: Mapping[str, object], concurrency: tuple[int, ...], spec: GateSpec) -> GateShape:
+    """The batch size spans the decode CUDA-graph sizes the server captured (`cuda_graph_config`'s decode bs,
+    else the flat `cuda_graph_bs`/`cuda_graph_max_bs`), else the probe's highest concurrency; capped at
+    `spec.max_batch` and at the server's running-request limit. The long prompt crosses a prefill chunk
+    (2x the default where no chunk is set) where the context allows."""
+    def number(value: object) -> int | None:
+        return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
+
+    sizes: list[int] = []
+    graphs = info.get("cuda_graph_config")
+    if isinstance(graphs, Mapping) and isinstance(graphs.get("decode"), Mapping):
+        bs = graphs["decode"].get("bs")
+        sizes = [int(b) for b in bs] if isinstance(bs, list) else []
+        sizes = sizes or [n for n in [number(graphs["decode"].get("max_bs"))] if n]
+    if not sizes and isinstance(info.get("cuda_graph_bs"), list):
+        sizes = [int(b) for b in info["cuda_graph_bs"]]
+    if not sizes and number(info.get("cuda_graph_max_bs")):
+        sizes = [number(info["cuda_graph_max_bs"])]
+    batch = max(sizes) if sizes else max(concurrency, default=spec.max_batch)
+    batch = min(batch, spec.max_batch, number(info.get("max_running_requests")) or batch)
+    chunk = number(info.get("chunked_prefill_size"))
+    context = number(info.get("max_req_input_len")) or number(info.get("context_length")) \
+        or number(info.get("max_model_len"))
+    tokens = (chunk + chunk // 4 + 64) if chunk else 2 * DEFAULT_CHUNK
+    if context:
+        tokens = min(tokens, context - spec.max_new_tokens - 64)  # room for the output and the prompt's tail
+    return GateShape(max(2, batch), chunk, tokens if tokens > 0 else None)
 
 
 @dataclass(frozen=True)
@@ -47,12 +99,13 @@ def run_gate(client: httpx.Client, engine: Engine, spec: GateSpec, *, stage: str
              reference: Mapping[str, list[int]] | None = None,
              reference_diffs: Mapping[str, float] | None = None, vocab_size: int | None = None,
              quick: bool = False, watch: Watch | None = None, stall_timeout: float | None = None,
-             generated: bool = False) -> GateResult:
+             generated: bool = False, shape: GateShape | None = None) -> GateResult:
     """Run the checks; raise TrialFailure on the first that fails. `quick` is the after-load re-check.
 
     Each request runs under `watch` (the server's exit, an interrupt and silence end it; see _Timeouts),
     `generated`: readiness saw the server generate. `reference_diffs`: the baseline's decode vs re-prefill
-    differences, where it ran at this trial's precision."""
+    differences, where it ran at this trial's precision. `shape`: what the self-comparisons (batch and long
+    context) need; None runs them with defaults."""
     t0 = time.monotonic()
     timeouts = _Timeouts(client, spec, quick, stall_timeout, generated, watch)
     passed: set[str] = set()
@@ -62,6 +115,9 @@ def run_gate(client: httpx.Client, engine: Engine, spec: GateSpec, *, stage: str
     diffs: dict[str, float] = {}
     skipped: dict[str, str] = {}
     divergences: list[Divergence] = []
+    alone: dict[str, Completion] = {}
+    figures: dict[str, float] = {}
+    shape = shape or GateShape(batch_size=spec.max_batch, long_prompt_tokens=2 * DEFAULT_CHUNK)
 
     def fail(kind: FailureKind, prompt: str, message: str, completion: Completion | None = None) -> None:
         shown = f"prompt: {prompt!r}\noutput: {completion.text[:300]!r}" if completion else f"prompt: {prompt!r}"
@@ -72,6 +128,7 @@ def run_gate(client: httpx.Client, engine: Engine, spec: GateSpec, *, stage: str
     for item in spec.prompts:
         completion = _complete(client, engine, item.prompt, spec.max_new_tokens, stage, timeouts)
         answers[item.prompt] = completion.text
+        alone[item.prompt] = completion
         ids[item.prompt] = list(completion.token_ids)
         if spec.enabled("finite-logprobs"):
             bad = nan_positions(completion.logprobs)
@@ -135,6 +192,22 @@ def run_gate(client: httpx.Client, engine: Engine, spec: GateSpec, *, stage: str
                 divergences.append(Divergence(item.prompt, at, margin))
             passed.add("baseline-agreement")
 
+    # The self-comparisons need no known answer: they run on any model, before load and again after it.
+    if spec.enabled("batch-consistency") and shape.batch_size:
+        figures["batch-consistency"] = _batch_consistency(client, engine, spec, alone, shape.batch_size, stage,
+                                                          timeouts, fail)
+        passed.add("batch-consistency")
+    if spec.enabled("long-context-consistency") and shape.long_prompt_tokens:
+        try:
+            figures["long-context-consistency"] = _long_context(client, engine, spec, shape, stage, timeouts,
+                                                                fail)
+        except CheckSkipped as exc:
+            skipped["long-context-consistency"] = str(exc)
+        else:
+            passed.add("long-context-consistency")
+    if worst_diff is not None:
+        figures["logprob-consistency"] = worst_diff
+
     if spec.enabled("determinism") and not quick:
         first = spec.prompts[0].prompt
         again = _complete(client, engine, first, spec.max_new_tokens, stage, timeouts)
@@ -143,7 +216,89 @@ def run_gate(client: httpx.Client, engine: Engine, spec: GateSpec, *, stage: str
                  again)
         passed.add("determinism")
     return GateResult(time.monotonic() - t0, tuple(sorted(passed)), answers, ids, worst_diff, diffs, skipped,
-                      tuple(divergences))
+                      tuple(divergences), {k: round(v, 6) for k, v in figures.items()})
+
+
+def _batch_consistency(client: httpx.Client, engine: Engine, spec: GateSpec, alone: Mapping[str, Completion],
+                       size: int, stage: str, timeouts: _Timeouts, fail) -> float:
+    """Each gate prompt again, inside one batch of `size` different prompts sent at once: a sequence's answer
+    must not depend on its batch or its slot in it (a kernel picked by batch size, a CUDA graph captured
+    wrong, an index mix-up). Greedy tokens agree up to a near-tie (judged by this server's prefill, as
+    baseline-agreement does); logprobs, up to where they part, within batch-logprob-tolerance."""
+    prompts = list(alone)
+    others = [f"Write a few sentences about {_TOPICS[i % len(_TOPICS)]} ({i + 1})." for i in range(size)]
+    batch = (prompts + others)[:max(size, len(prompts))]
+    got = _request(lambda: engine.complete_batch(client, batch, spec.max_new_tokens), stage, timeouts)
+    # NaN first, in any sequence of the batch: a batched NaN is `nan`, not the wrong tokens it leads to.
+    for prompt, completion in zip(batch, got):
+        bad = nan_positions(completion.logprobs)
+        if bad:
+            fail(FailureKind.NAN, prompt, f"batch-consistency: logprob of output token {bad[0]} is NaN or inf (null) "
+                 f"in a batch of {len(batch)}", completion)
+    worst = 0.0
+    for prompt, completion in zip(prompts, got):
+        want = alone[prompt]
+        at = next((i for i, (a, b) in enumerate(zip(completion.token_ids, want.token_ids)) if a != b), None)
+        if at is None and len(completion.token_ids) != len(want.token_ids):
+            at = min(len(completion.token_ids), len(want.token_ids))
+        n = len(want.token_ids) if at is None else at
+        if n:
+            diff = _mean_diff(completion.logprobs[:n], want.logprobs[:n])
+            if diff is None:
+                fail(FailureKind.NAN, prompt, f"batch-consistency: NaN or inf logprobs in a batch of {len(batch)}",
+                     completion)
+            worst = max(worst, diff)
+            if diff > spec.batch_logprob_tolerance:
+                fail(FailureKind.INCONSISTENT_LOGPROBS, prompt,
+                     f"batch-consistency: logprobs in a batch of {len(batch)} differ from the same prompt's alone "
+                     f"by {diff:.4f} on average (batch-logprob-tolerance {spec.batch_logprob_tolerance}, "
+                     "provisional)", completion)
+        if at is not None and at < min(len(completion.token_ids), len(want.token_ids)):
+            try:
+                margin = _tie_margin(client, engine, prompt, completion, at, want.token_ids[at], None, stage,
+                                     timeouts)
+            except CheckSkipped:
+                margin = None
+            if margin is None or abs(margin) > spec.agreement_tie_tolerance:
+                shown = "NaN" if margin is None else f"{margin:+.4f}"
+                fail(FailureKind.WRONG_ANSWER, prompt,
+                     f"batch-consistency: greedy output in a batch of {len(batch)} leaves the same prompt's alone "
+                     f"at token {at}, and not at a near-tie: this server scores its token {shown} against the "
+                     f"alone one (tie tolerance {spec.agreement_tie_tolerance})", completion)
+    return worst
+
+
+def _long_context(client: httpx.Client, engine: Engine, spec: GateSpec, shape: GateShape, stage: str,
+                  timeouts: _Timeouts, fail) -> float:
+    """Decode vs re-prefill after a prompt longer than a prefill chunk: chunked prefill and the KV pages it
+    writes (a chunk's KV stored wrong reads back only in the decode that follows) must give what one
+    re-prefill of prompt and output gives."""
+    target = shape.long_prompt_tokens or 0
+    sample = " ".join(_FILLER * 8)
+    try:
+        per_word = len(_request(lambda: prompt_ids_from_server(client, sample), stage, timeouts)) / (8 * len(_FILLER))
+    except CheckSkipped:
+        per_word = 2.0  # no tokenizer to ask: a generous guess keeps the prompt inside the context
+    words = max(1, int(target / max(per_word, 0.5)))
+    filler = " ".join(_FILLER[i % len(_FILLER)] for i in range(words))
+    prompt = f"{filler}\n\nContinue the story of the river:"
+    completion = _complete(client, engine, prompt, spec.max_new_tokens, stage, timeouts)
+    if not completion.token_ids:
+        raise CheckSkipped("the long prompt gave no output tokens")
+    prefill = _request(lambda: engine.prefill_logprobs(client, prompt, completion), stage, timeouts)
+    diff = _mean_diff(completion.logprobs, prefill)
+    tokens = len(completion.prompt_ids) or words
+    crossed = "" if not shape.chunk_size or tokens > shape.chunk_size \
+        else f" (it fits in one chunk of {shape.chunk_size}: the context is too short to cross one)"
+    if diff is None:
+        fail(FailureKind.NAN, prompt[-80:], f"long-context-consistency: NaN or inf logprobs after a {tokens}-token "
+             f"prompt{crossed}", completion)
+    if diff > spec.long_context_logprob_tolerance:
+        fail(FailureKind.INCONSISTENT_LOGPROBS, prompt[-80:],
+             f"long-context-consistency: after a {tokens}-token prompt{crossed}, decode and re-prefill logprobs "
+             f"differ by {diff:.4f} on average (long-context-logprob-tolerance "
+             f"{spec.long_context_logprob_tolerance}, provisional)", completion)
+    return diff
 
 
 class _Timeouts:

@@ -22,14 +22,14 @@ import httpx
 
 from .._failures import FailureKind, ProbeStopped, TrialFailure, cut_short, enough_finished
 from ..engines import Engine
-from ..spec import ProbeSpec
+from ..spec import ProbeSpec, TraceRow, load_trace, mean_rate
 from ._arrivals import send_offsets
 from ._goodput import certainly_bad, good_latency_bound, goodput, is_good, steady_output_throughput
 from ._ratesearch import MIN_REQUESTS, RATE_STEPS, Measure, RateSearchResult, RateSearchSpec, RateStep, search_rate
 from ._stream_client import StreamClient, StreamError, StreamTimeout
 from ._textcheck import degenerate_reason, nan_positions
 from ._tokens import PromptTokens
-from ._workloads import WorkItem, make_workload
+from ._workloads import WorkItem, make_workload, trace_workload
 
 @dataclass
 class RequestResult:
@@ -42,10 +42,15 @@ class RequestResult:
     latency: float = 0.0
     output_tokens: int = 0
     prompt_tokens: int = 0
+    cached_tokens: int = 0  # of the prompt, served from the prefix cache (where the engine reports it)
     itl: list[float] = field(default_factory=list)
     chunk_times: list[float] = field(default_factory=list)  # when each chunk with tokens arrived (steady state)
     text: str = ""
     problem: str = ""  # content check failure
+
+
+# Send times kept per trace level: enough to check a replay's pattern, without a long trace bloating the study.
+MAX_SENDS_KEPT = 2000
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,10 @@ class LevelMetrics:
     # Steady-state output throughput; for open-loop levels how late the client sent (send_lateness_*_ms);
     # with SLOs, goodput and attainment (tuner/trial/_goodput.py).
     extra: Mapping[str, float] = field(default_factory=dict)
+    # A trace level: the scale it was replayed at, and per request (in trace order) the seconds after the
+    # level's start it was due and was sent, so that a replay can be checked against the trace.
+    trace_scale: float | None = None
+    sends: tuple[tuple[float, float], ...] = ()
 
     def metric(self, name: str) -> float:
         for table in (self.latency_ms, self.extra):
@@ -81,6 +90,10 @@ class LevelMetrics:
                                             "expected_output_tokens")}
         if self.rate is not None:
             d["rate"] = self.rate
+        if self.trace_scale is not None:
+            d["trace_scale"] = self.trace_scale
+            d["trace_due_s"] = [round(due, 4) for due, _ in self.sends[:MAX_SENDS_KEPT]]
+            d["trace_sent_s"] = [round(sent, 4) for _, sent in self.sends[:MAX_SENDS_KEPT]]
         d.update(self.latency_ms)
         d.update(self.extra)
         return d
@@ -193,7 +206,7 @@ async def _probe(base_url: str, headers: Mapping[str, str], engine: Engine, spec
                 await _race(watch, asyncio.gather(*(_one(client, engine, WorkItem(w.prompt, min(16, w.output_len)),
                                                          False, check_text, RequestResult()) for w in warm)))
             # Each level (the check wave too) may use an equal share of what is left of the budget.
-            left = len(spec.concurrency) + len(spec.rates) + bool(spec.check_tokens)
+            left = len(spec.concurrency) + len(spec.rates) + bool(spec.check_tokens) + bool(spec.trace)
 
             def share() -> float:
                 nonlocal left
@@ -222,6 +235,11 @@ async def _probe(base_url: str, headers: Mapping[str, str], engine: Engine, spec
                 arrivals = OpenLoop(rate, send_offsets(len(work), rate, spec.burstiness, spec.seed), spec.max_in_flight)
                 levels.append(await _race(watch, _level(client, engine, spec, 0, work, None, 0, check_text, share(),
                                                           open_loop=arrivals, slo=slo)))
+            if spec.trace:
+                rows = load_trace(spec.trace.path, spec.trace.format, spec.trace.limit)
+                work, arrivals = _trace_arrivals(spec, rows, spec.trace.scale, salt=-20, tokens=tokens)
+                levels.append(await _race(watch, _level(client, engine, spec, 0, work, None, 0, check_text, share(),
+                                                          open_loop=arrivals, slo=slo)))
             found = None
             if rate_search is not None:
                 start = next(m for m in levels if m.rate is None and m.concurrency == target).request_throughput
@@ -233,28 +251,49 @@ async def _probe(base_url: str, headers: Mapping[str, str], engine: Engine, spec
     return ProbeResult(time.monotonic() - t0, tuple(levels), found, "words" if tokens is None else "tokens")
 
 
+def _trace_arrivals(spec: ProbeSpec, rows: Sequence[TraceRow], scale: float, salt: int,
+                    tokens: PromptTokens | None) -> tuple[list[WorkItem], OpenLoop]:
+    """A trace's rows as an open-loop level: each sent at its offset divided by `scale`; the rate offered is
+    the trace's mean rate times `scale`."""
+    offsets = [row.offset / scale for row in rows]
+    return (trace_workload(spec, rows, salt, tokens),
+            OpenLoop(mean_rate(list(rows)) * scale, offsets, spec.max_in_flight, scale))
+
+
 def _rate_step(client: StreamClient, engine: Engine, spec: ProbeSpec, search: RateSearchSpec,
                check_text: bool, tokens: PromptTokens | None = None) -> Measure:
     """How the rate search measures one rate on this server: open-loop arrivals for seconds-per-rate, the
     verdict as soon as it is certain."""
     slo = SloVerdict(search.slo_ms, search.attainment)
+    rows = load_trace(spec.trace.path, spec.trace.format, spec.trace.limit) if spec.trace else []
 
     async def measure(rate: float, index: int, deadline: float) -> RateStep:
         n = max(MIN_REQUESTS, math.ceil(rate * search.seconds_per_rate))
         # The same prompts for the n-th tested rate of every trial; new ones for each rate, so that a rate
         # does not find the previous rate's prompts in the prefix cache.
-        work = make_workload(spec, n, salt=RATE_STEPS + index, tokens=tokens)
-        offsets = send_offsets(n, rate, spec.burstiness, spec.seed + index)
+        if rows:
+            # With a trace its time axis is scaled to the rate, keeping its bursts and shared prefixes: the rows
+            # due within seconds-per-rate (at least MIN_REQUESTS of them, where the trace has as many).
+            scale = rate / mean_rate(rows)
+            n = max(min(MIN_REQUESTS, len(rows)), sum(1 for r in rows if r.offset / scale <= search.seconds_per_rate))
+            work, arrivals = _trace_arrivals(spec, rows[:n], scale, RATE_STEPS + index, tokens)
+            arrivals = dataclasses.replace(arrivals, rate=rate)
+        else:
+            work = make_workload(spec, n, salt=RATE_STEPS + index, tokens=tokens)
+            arrivals = OpenLoop(rate, send_offsets(n, rate, spec.burstiness, spec.seed + index), spec.max_in_flight)
+        offsets = arrivals.offsets
         # After the last arrival, as long as a good request can take: then whatever still streams is past saving.
         longest = min(good_latency_bound(search.slo_ms, max(w.output_len for w in work)) or math.inf,
                       spec.request_timeout)
         t0 = time.perf_counter()
         level = await _level(client, engine, spec, 0, work, None, 0, check_text,
                              min(deadline, t0 + offsets[-1] + longest + 0.5),
-                             open_loop=OpenLoop(rate, offsets, spec.max_in_flight), slo=slo)
+                             open_loop=arrivals, slo=slo)
         figures = {k: v for k, v in {**level.latency_ms, **level.extra}.items()
                    if k.startswith(("slo_", "request_goodput", "send_lateness_p90", "p99_", "median_"))}
         note = "verdict early" if level.extra.get("slo_missed_early") else "cut" if level.cut else ""
+        if arrivals.trace_scale is not None:
+            figures["trace_scale"] = arrivals.trace_scale  # the trace's time axis divided by this for the rate
         return RateStep(rate, level.extra["slo_attainment"] >= search.attainment, time.perf_counter() - t0,
                         figures, note)
 
@@ -306,6 +345,7 @@ class OpenLoop:
     rate: float
     offsets: Sequence[float]
     in_flight: int | None = None  # at most this many requests outstanding; the rest wait, and it counts
+    trace_scale: float | None = None  # a trace's arrivals, its time axis divided by this
 
 
 @dataclass(frozen=True)
@@ -446,9 +486,15 @@ async def _level(client: StreamClient, engine: Engine, spec: ProbeSpec, concurre
             streaming = past_saving()
         extra.update(goodput([*finished, *streaming], slo.slo_ms, duration))
         extra["slo_missed_early"] = float(missed)
+    sends: tuple[tuple[float, float], ...] = ()
+    if open_loop is not None and open_loop.trace_scale is not None:
+        # Requests go out in offset order, so those started are the first ones.
+        sends = tuple((open_loop.offsets[i], open_loop.offsets[i] + r.lateness)
+                      for i, r in enumerate(results) if r.started)
     return dataclasses.replace(metrics, rate=open_loop.rate if open_loop else None,
                                concurrency=cap or 0, extra=extra, requests=len(work),
-                               expected_output_tokens=expected_tokens)
+                               expected_output_tokens=expected_tokens,
+                               trace_scale=open_loop.trace_scale if open_loop else None, sends=sends)
 
 
 async def _one(client: StreamClient, engine: Engine, item: WorkItem, want_logprobs: bool,
@@ -521,6 +567,8 @@ class _Tally:
             result.text = event.text
         if event.prompt_tokens:
             result.prompt_tokens = event.prompt_tokens
+        if event.cached_tokens:
+            result.cached_tokens = event.cached_tokens
 
 
 def _metrics(concurrency: int, duration: float, results: Sequence[RequestResult], spec: ProbeSpec,
@@ -561,6 +609,7 @@ def as_sent(results: Sequence[RequestResult]) -> dict[str, float]:
             out.update({f"{name}_mean": _mean(values), f"{name}_min": float(min(values)),
                         f"{name}_max": float(max(values))})
     out["prompt_tokens_counted"] = float(sum(1 for r in ok if r.prompt_tokens))
+    out["cached_tokens_total"] = float(sum(r.cached_tokens for r in ok))
     return out
 
 

@@ -56,6 +56,12 @@ def trial_attrs(result: TrialResult, spec: Spec, extra: Mapping[str, Any] | None
             attrs["gate_skipped"] = dict(result.gate.skipped)
         if result.gate.max_logprob_diff is not None:
             attrs["gate_max_logprob_diff"] = round(result.gate.max_logprob_diff, 6)
+        figures = dict(result.gate.figures)
+        if result.recheck is not None:
+            figures.update({f"after-load {k}": v for k, v in result.recheck.figures.items()})
+        if figures:
+            # Each self-comparison's measured figure: what a study on real kernels sets the tolerances from.
+            attrs["gate_figures"] = figures
         if result.gate.divergences:
             attrs["gate_near_ties"] = [{"position": d.position, "margin": round(d.margin, 4)}
                                        for d in result.gate.divergences]

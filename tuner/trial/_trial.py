@@ -21,7 +21,7 @@ from .._failures import FailureKind, FailureRecord, ProbeStopped, TrialFailure
 from .._redact import redact_argv
 from ..engines import Engine
 from ..spec import ServerConfig, Spec
-from ._gate import GateResult, run_gate
+from ._gate import GateResult, gate_shape, run_gate
 from ._launch import LaunchRequest, ServerProcess, launch
 from ._logwatch import LogWatcher
 from ._probe import ProbeResult, run_probe
@@ -76,6 +76,7 @@ class TrialResult:
     overrides: dict[str, Any] = field(default_factory=dict)  # flag -> {"asked": ..., "got": ...}
     version: str | None = None
     gate: GateResult | None = None
+    recheck: GateResult | None = None  # the after-load re-check
     probe: ProbeResult | None = None
     teardown: TeardownResult | None = None
     log_path: Path | None = None
@@ -130,10 +131,12 @@ def run_trial(ctx: TrialContext, plan: TrialPlan) -> TrialResult:
                 watch("server_info").run(lambda: _read_back(engine, client, plan.config, result), limits,
                                          "server_info request")
             vocab = result.server_info.get("vocab_size")
+            shape = gate_shape(result.server_info, spec.probe.concurrency, spec.gate)
             with stage("gate"), _explained(server, watcher, "gate"):
                 result.gate = run_gate(client, engine, spec.gate, reference=plan.reference,
                                        reference_diffs=plan.reference_diffs, vocab_size=vocab,
-                                       watch=watch("gate"), stall_timeout=stall, generated=ready.generated)
+                                       watch=watch("gate"), stall_timeout=stall, generated=ready.generated,
+                                       shape=shape)
                 check_alive(server, watcher, "gate", ctx.cancel)
             with stage("probe"), _explained(server, watcher, "probe"):
                 result.probe = run_probe(server.base_url, headers, engine, spec.probe,
@@ -144,8 +147,8 @@ def run_trial(ctx: TrialContext, plan: TrialPlan) -> TrialResult:
                                          rate_search=spec.objective.rate_search, tokens=ctx.tokens)
             if spec.gate.recheck_after_load:
                 with stage("recheck"), _explained(server, watcher, "recheck"):
-                    run_gate(client, engine, spec.gate, stage="recheck", vocab_size=vocab, quick=True,
-                             watch=watch("recheck"), stall_timeout=stall)
+                    result.recheck = run_gate(client, engine, spec.gate, stage="recheck", vocab_size=vocab,
+                                              quick=True, watch=watch("recheck"), stall_timeout=stall, shape=shape)
                     check_alive(server, watcher, "recheck", ctx.cancel)
     except TrialFailure as failure:
         result.failure = FailureRecord.from_exception(failure)

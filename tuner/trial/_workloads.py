@@ -1,4 +1,5 @@
-"""The probe's requests: seeded random prompts, a JSONL file, a ShareGPT file, or a shared-prefix workload.
+"""The probe's requests: seeded random prompts, a JSONL file, a ShareGPT file, a shared-prefix workload, or a
+request trace's rows (its arrival times are the probe's: tuner/trial/_probe.py).
 
 Every workload is a function of the space's probe section, a salt and the model's tokenizer only, so every
 trial is sent the same requests. Nothing is downloaded: dataset files are local.
@@ -13,7 +14,7 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from ..spec import ProbeSpec, SharedPrefix, WorkItem, load_rows
+from ..spec import MOONCAKE_BLOCK, ProbeSpec, SharedPrefix, TraceRow, WorkItem, load_rows, load_trace
 from ._tokens import PromptTokens
 
 # A handful of ordinary words: a real tokenizer spends about one token on each.
@@ -28,6 +29,10 @@ def make_workload(spec: ProbeSpec, n: int, salt: int = 0, tokens: PromptTokens |
     rng = random.Random(spec.seed * 1_000_003 + salt)
     if spec.shared_prefix:
         return _shared_prefix(spec, spec.shared_prefix, rng, n, tokens)
+    if spec.trace:
+        rows = load_trace(spec.trace.path, spec.trace.format, spec.trace.limit)
+        # Closed-loop levels take the trace's rows in order (repeated where it is shorter), without its times.
+        return trace_workload(spec, [rows[i % len(rows)] for i in range(n)], salt, tokens)
     if spec.dataset:
         rows = load_rows(spec.dataset, spec.dataset_format, spec.output_len)
         return _without_replacement(rng, rows, n)
@@ -39,6 +44,43 @@ def make_workload(spec: ProbeSpec, n: int, salt: int = 0, tokens: PromptTokens |
         prompt = (" ".join([head, *_words(rng, in_len - 1)]) if tokens is None
                   else _in_tokens(tokens, rng, head, in_len, special=True))
         items.append(WorkItem(prompt, out_len))
+    return items
+
+
+def trace_workload(spec: ProbeSpec, rows: Sequence[TraceRow], salt: int = 0,
+                   tokens: PromptTokens | None = None) -> list[WorkItem]:
+    """One request per trace row: its prompt as given, else random text of its input length.
+
+    A Mooncake row's prompt is its hash ids' blocks of MOONCAKE_BLOCK tokens (words without a tokenizer), each
+    block's text seeded by its id, then text of its own, the whole cut to the row's input length. Rows with the
+    same leading ids therefore share exactly that prefix, which is what the trace's ids say the prefix cache
+    saw. The blocks depend on the salt too, so that each rate step of the search has its own: a step does not
+    find the previous step's blocks in the cache."""
+    blocks: dict[int, str] = {}
+
+    def block(hash_id: int) -> str:
+        if hash_id not in blocks:
+            rng = random.Random(f"{spec.seed}/{salt}/{hash_id}")  # strings seed deterministically
+            head = f"[{hash_id}]"  # two ids never share text
+            blocks[hash_id] = (" ".join([head, *_words(rng, MOONCAKE_BLOCK - 1)]) if tokens is None
+                               else _in_tokens(tokens, rng, head, MOONCAKE_BLOCK, special=False))
+        return blocks[hash_id]
+
+    rng = random.Random(spec.seed * 1_000_003 + salt)
+    items = []
+    for i, row in enumerate(rows):
+        if row.prompt is not None:
+            items.append(WorkItem(row.prompt, row.output_len))
+            continue
+        prefix = " ".join(block(h) for h in row.hash_ids)
+        head = f"{prefix} {i}:" if prefix else f"{i}:"  # the request's own text starts where the blocks end
+        if tokens is None:
+            words = head.split()
+            words += _words(rng, row.input_len - len(words))
+            prompt = " ".join(words[:row.input_len])
+        else:
+            prompt = _in_tokens(tokens, rng, head, row.input_len, special=True)
+        items.append(WorkItem(prompt, row.output_len))
     return items
 
 
