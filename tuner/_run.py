@@ -474,7 +474,7 @@ def _fewest_gpus(spec: Spec, engine) -> int:
 def check(space: str | None, simulate: str | None, model: str | None, stream=sys.stdout) -> CheckReport:
     """Print every warning and error once (on `stream`) and the verdict; the caller exits 2 on errors."""
     prepared = prepare(space, simulate, model, strict=False, ask_version=True)
-    if prepared.profile_note:
+    if prepared.profile_note and not prepared.report.errors:  # a wrong flag is the space's, whatever the profile
         print(f"note: {prepared.profile_note}", file=stream)
     for w in prepared.report.warnings:
         print(f"warning: {w}", file=stream)

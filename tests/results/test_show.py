@@ -166,7 +166,7 @@ def test_an_old_studys_probe_cut_short_is_no_measurement(tmp_path):
     assert 27 not in {t.number for t in eligible(study)}
     assert 27 not in {t.number for t in distinct_ranked(study)}  # confirm --top K takes its candidates from these
     assert winner(study).trial.number == 6
-    assert summary(study, parse_spec(study.user_attrs["space_source"], "stored")).startswith(
+    assert summary(study, parse_spec(study.user_attrs["space_source"], "stored", recorded=True)).startswith(
         "31 trials: 11 qualified; ")
     out = Tuner(tmp_path).run("show", "--storage", storage, env={"COLUMNS": "200"}).stdout
     row, = [line for line in out.splitlines() if line.startswith("   27  ")]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._base import CheckSkipped, Completion, Engine, StreamEvent, flag_argv
+from ._base import CheckSkipped, Completion, Engine, StreamEvent, flag_argv, prompt_ids_from_server
 from ._sglang import SGLang
 from ._sglang_versions import NOTES, RENAMES, Flag, flags, listed, release, versions
 
@@ -18,4 +18,4 @@ def get_engine(name: str) -> Engine:
 
 
 __all__ = ["NOTES", "RENAMES", "CheckSkipped", "Completion", "Engine", "Flag", "SGLang", "StreamEvent", "flag_argv",
-           "flags", "get_engine", "listed", "release", "versions"]
+           "prompt_ids_from_server", "flags", "get_engine", "listed", "release", "versions"]

@@ -73,7 +73,7 @@ def confirm(storage: str, study_name: str | None, top: int, repeats: int, workdi
         candidates = [by_number[n] for n in dict.fromkeys(trials)]
     else:
         candidates = distinct_ranked(study)[:top]
-    spec = parse_spec(study.user_attrs["space_source"], "<stored space>")
+    spec = parse_spec(study.user_attrs["space_source"], "<stored space>", recorded=True)
     command = tuple(study.user_attrs.get("server_command") or get_engine(spec.engine).default_command)
     env = {**os.environ, **spec.server.env}
     if study.user_attrs.get("simulate"):

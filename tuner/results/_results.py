@@ -178,7 +178,7 @@ def cut_note(trial: FrozenTrial, study: optuna.Study) -> str | None:
     budget = attrs.get(TIME_BUDGET_ATTR)
     if budget is None:
         try:
-            budget = parse_spec(study.user_attrs["space_source"], "<stored space>").probe.time_budget
+            budget = parse_spec(study.user_attrs["space_source"], "<stored space>", recorded=True).probe.time_budget
         except Exception:  # an old or missing space: the message goes without the budget
             budget = None
     expected = requests * output_len if isinstance(requests, int) and isinstance(output_len, int) else None

@@ -234,7 +234,7 @@ class Worker:
     timeout: float | None = None  # run --timeout: seconds in which this run may start trials
     deadline: float | None = None  # time.monotonic() at which that ends
     say: Callable[[str], None] = lambda line: None  # one line for the person running it
-    launched: int = 0  # servers this run launched
+    servers_launched: int = 0  # servers this run launched
 
     # -- the objective ------------------------------------------------------------------------------
     def __call__(self, trial: optuna.Trial) -> float | list[float]:
@@ -292,7 +292,7 @@ class Worker:
         judged = self._before_launch(trial, values, config)
         if judged is not None:
             return self._finish(trial, judged, {"baseline": bool(trial.user_attrs.get("baseline"))})
-        self.launched += 1
+        self.servers_launched += 1
         try:
             result = self._run(trial, config)
         except NotEnoughGpus as exc:
@@ -329,7 +329,7 @@ class Worker:
             return result
         left = None if self.deadline is None else self.deadline - time.monotonic()
         # The first trial of a run always starts: the next run would have no more time for it than this one.
-        if left is not None and self.launched and seconds > left:
+        if left is not None and self.servers_launched and seconds > left:
             self._not_started(trial, startup, max(0.0, left))
         return None
 

@@ -202,7 +202,9 @@ def load_spec(path: str | Path) -> Spec:
     return parse_spec(text, str(path))
 
 
-def parse_spec(text: str, origin: str = "<space>") -> Spec:
+def parse_spec(text: str, origin: str = "<space>", recorded: bool = False) -> Spec:
+    """`recorded`: a study's stored space, read back as it ran (a tolerance it loosened before `gate.loosen`
+    existed is read as stated, not refused)."""
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -240,7 +242,7 @@ def parse_spec(text: str, origin: str = "<space>") -> Spec:
     for i, point in enumerate(try_first):
         Section(point, f"try-first[{i}]")  # a mapping, or say so
         space.check_point(point, f"try-first[{i}]")
-    gate = _parse_gate(top.section("gate"))
+    gate = _parse_gate(top.section("gate"), recorded)
     probe = _parse_probe(top.section("probe"))
     objective = _parse_objective(top.section("objective"), probe)
     sim_profile = top.get("sim-profile", str, None)
@@ -302,7 +304,7 @@ def _parse_server(s: Section) -> ServerSpec:
     return spec
 
 
-def _parse_loosen(s: Section) -> dict[str, Any]:
+def _parse_loosen(s: Section, recorded: bool = False) -> dict[str, Any]:
     """A tolerance looser than the shipped default only where `gate.loosen` states it, with a reason: a gate
     loosened quietly so that trials pass is a gate that no longer says what ran."""
     raw = s.get("loosen", dict, None) or {}
@@ -327,14 +329,16 @@ def _parse_loosen(s: Section) -> dict[str, Any]:
         value = s.data.get(key)
         if value is None or default is None:
             continue
-        if value > default:
+        if value > default and recorded:
+            raw.update({key: value, "why": raw.get("why") or "recorded by a study before gate.loosen existed"})
+        elif value > default:
             raise SpaceError(s.child(key), f"{value} is looser than the shipped default {default}",
                              f"state it as gate.loosen: {{{key}: {value}, why: \"...\"}} (logged and recorded), "
                              "or keep the default")
     return dict(raw)
 
 
-def _parse_gate(s: Section) -> GateSpec:
+def _parse_gate(s: Section, recorded: bool = False) -> GateSpec:
     raw = s.get("prompts", list, None)
     prompts = DEFAULT_GATE_PROMPTS
     if raw is not None:
@@ -347,7 +351,7 @@ def _parse_gate(s: Section) -> GateSpec:
             p.done()
         prompts = tuple(parsed)
     checks = s.get("checks", list, list(GATE_CHECKS))
-    loosened = _parse_loosen(s)
+    loosened = _parse_loosen(s, recorded)
 
     def tolerance(key: str) -> float:
         value = s.get(key, float, getattr(GateSpec, key.replace("-", "_")))

@@ -15,8 +15,7 @@ import httpx
 import tenacity
 
 from .._failures import FailureKind, TrialFailure
-from ..engines import CheckSkipped, Completion, Engine
-from ..engines._base import prompt_ids_from_server
+from ..engines import CheckSkipped, Completion, Engine, prompt_ids_from_server
 from ..spec import GateSpec
 from ._textcheck import degenerate_reason, nan_positions
 from ._watch import Limits, Watch

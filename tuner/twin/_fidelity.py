@@ -144,7 +144,7 @@ def study_spec(study: Study) -> Any:
     if not source:
         raise BadInput(f"study {study.name!r} keeps no space (user attr space_source); it was not written by "
                        "`python -m tuner run`")
-    return parse_spec(source, f"the space of study {study.name!r}")
+    return parse_spec(source, f"the space of study {study.name!r}", recorded=True)
 
 
 def workload_of(spec: Any, trials: list[Any]) -> Workload:
