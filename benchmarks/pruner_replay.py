@@ -189,8 +189,7 @@ def print_study(db: Path, truth_db: Path | None, out=sys.stdout) -> list[Verdict
     noise = study_noise(study_attrs)
     verdicts = replay(study_attrs, trials, truth)
     floor, n = curve_floor(trials)
-    cut = BehindTheBest().cut(optuna.create_study(direction="maximize")) if not study_attrs else \
-        (1 - noise) * BehindTheBest().floor
+    cut = (1 - noise) * BehindTheBest().floor
     print(f"== {name} ({db.relative_to(REPO) if db.is_relative_to(REPO) else db}): {len(trials)} trials, "
           f"{len(verdicts)} with a curve", file=out)
     print(f"noise {noise:.1%} ({'the study’s own repeats' if study_attrs.get('confirmations') else 'default'}); "
