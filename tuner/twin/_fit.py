@@ -6,8 +6,7 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Sequence
 
-from ..sim import Profile
-from ..sim import Knobs
+from ..sim import Knobs, Profile
 
 SECTIONS = ("hardware", "model", "startup", "performance", "memory")
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import statistics
 
-from ..sim import GiB, kv_bytes_per_token_per_gpu, weight_split
-from ..sim import Profile
+from ..sim import GiB, Profile, kv_bytes_per_token_per_gpu, weight_split
 from ._fit import Fitted, Kept, line, reference, tidy, with_value
 from ._study import Trial
 

@@ -10,9 +10,7 @@ from __future__ import annotations
 import statistics
 
 from ..engines import flag_argv
-from ..sim import predict
-from ..sim import PerfModel
-from ..sim import Profile
+from ..sim import PerfModel, Profile, predict
 from ._fidelity import Workload
 from ._fit import Fitted, Kept, spans, tidy, with_value
 from ._study import Trial

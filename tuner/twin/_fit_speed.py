@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import statistics
+from functools import partial
 
-from ..sim import PerfModel
-from ..sim import Profile
+from ..sim import PerfModel, Profile
 from ._fit import Fitted, Kept, golden, median_error, reference, solve, tidy, with_value
 from ._study import Trial
 
@@ -14,7 +14,7 @@ Result = tuple[Profile, list[Fitted | Kept]]
 
 def fit_speed(profile: Profile, trials: list[Trial]) -> Result:
     out: list[Fitted | Kept] = []
-    for fit in (_graph_decode, _eager_decode, _prefill):
+    for fit in (partial(_decode, graph=True), partial(_decode, graph=False), _prefill):
         profile, found = fit(profile, trials)
         out += found
     return profile, out
@@ -53,28 +53,21 @@ def _per_step_fit(profile: Profile, steps, section: str, key: str, lo: float, hi
     return value, median_error(model, [s for *_, s in steps])
 
 
-def _graph_decode(profile: Profile, trials: list[Trial]) -> Result:
-    steps = _decode_steps(profile, trials, graph=True)
-    value, residual = _per_step_fit(profile, steps, "performance", "hbm_efficiency", 0.05, 1.0) if steps else (None, "")
+def _decode(profile: Profile, trials: list[Trial], graph: bool) -> Result:
+    """Decode steps replaying CUDA graphs fit the HBM efficiency; eager ones the cost of a kernel launch."""
+    section, key, lo, hi = ("performance", "hbm_efficiency", 0.05, 1.0) if graph else \
+        ("hardware", "kernel_launch_us", 0.0, 500.0)
+    steps = _decode_steps(profile, trials, graph=graph)
+    value, residual = _per_step_fit(profile, steps, section, key, lo, hi) if steps else (None, "")
     if value is None:
-        return profile, [Kept("performance", "hbm_efficiency", "no decode interval that replayed CUDA graphs")]
+        return profile, [Kept(section, key, "no decode interval that replayed CUDA graphs" if graph
+                              else "no eager decode interval")]
     batches = "/".join(str(b) for b in sorted({b for _, b, _, _ in steps}))
-    fitted = Fitted("performance", "hbm_efficiency", value, profile.performance.hbm_efficiency,
-                    f'"Decode batch" intervals replaying CUDA graphs at batch {batches}',
+    source = (f'"Decode batch" intervals replaying CUDA graphs at batch {batches}' if graph
+              else f'eager "Decode batch" intervals at batch {batches}')
+    fitted = Fitted(section, key, value, getattr(getattr(profile, section), key), source,
                     tuple(sorted({t.number for t, *_ in steps})), len(steps), residual)
-    return with_value(profile, "performance", "hbm_efficiency", value), [fitted]
-
-
-def _eager_decode(profile: Profile, trials: list[Trial]) -> Result:
-    steps = _decode_steps(profile, trials, graph=False)
-    value, residual = _per_step_fit(profile, steps, "hardware", "kernel_launch_us", 0.0, 500.0) if steps else (None, "")
-    if value is None:
-        return profile, [Kept("hardware", "kernel_launch_us", "no eager decode interval")]
-    batches = "/".join(str(b) for b in sorted({b for _, b, _, _ in steps}))
-    fitted = Fitted("hardware", "kernel_launch_us", value, profile.hardware.kernel_launch_us,
-                    f'eager "Decode batch" intervals at batch {batches}',
-                    tuple(sorted({t.number for t, *_ in steps})), len(steps), residual)
-    return with_value(profile, "hardware", "kernel_launch_us", value), [fitted]
+    return with_value(profile, section, key, value), [fitted]
 
 
 def _prefill(profile: Profile, trials: list[Trial]) -> Result:

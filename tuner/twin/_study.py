@@ -6,8 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..sim import Profile
-from ..sim import Knobs
+from ..sim import Knobs, Profile
 from ._fidelity import METRIC, BadInput, Study, in_range, load_study
 from ._logs import ServerLog
 
