@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from ._errors import TunerError, UsageError
 from .results import DEFAULT_STORAGE, Target, choose
-from .search import SAMPLERS
+from .search import CARRY_PARTS, DEFAULT_PARTS, SAMPLERS, parse_parts
 from .versions import AUTO, DEFAULT_PROFILE
 
 # --help's order of the commands: as a user meets them.
@@ -101,6 +101,10 @@ def _parser() -> argparse.ArgumentParser:
                      help="earlier studies to start from: a study of this storage (its name), another storage "
                      "(sqlite:///other.db, or URL#study), or a knowledge file (knowledge export); 'none' starts "
                      "cold (default: the studies of this storage on the same engine and GPU)")
+    run.add_argument("--carry", type=_parts, default=None, metavar="PARTS",
+                     help="what to carry from the studies learnt from, joined by commas: "
+                     + "; ".join(f"{name}: {what}" for name, what in CARRY_PARTS.items())
+                     + f". 'all' carries every part (default: {','.join(p for p in CARRY_PARTS if p in DEFAULT_PARTS)})")
     change = run.add_mutually_exclusive_group()
     change.add_argument("--continue", dest="on_space_change", action="store_const", const="continue",
                         default="refuse", help="go on with a study whose space file has changed")
@@ -204,6 +208,15 @@ def _remember_parsers(parser: argparse.ArgumentParser) -> None:
                 _remember_parsers(child)
 
 
+def _parts(text: str) -> frozenset[str]:
+    """--carry's value: parts of a warm start (tuner/search/_warm.py PARTS)."""
+    try:
+        return parse_parts(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} names no part of a warm start; pass some of "
+                                         f"{','.join(CARRY_PARTS)}, or all") from None
+
+
 def _numbers(text: str) -> tuple[int, ...]:
     """`6,0` -> (6, 0): trial numbers."""
     try:
@@ -264,7 +277,8 @@ def _dispatch(args: argparse.Namespace) -> int:
                        study=args.study, simulate=args.simulate, sampler=args.sampler, seed=args.seed,
                        workdir=args.workdir, timeout=args.timeout, on_space_change=args.on_space_change,
                        api_key_env=args.api_key_env, gpus=args.gpus, parallel=args.parallel,
-                       learn_from=tuple(args.learn_from) if args.learn_from is not None else None))
+                       learn_from=tuple(args.learn_from) if args.learn_from is not None else None,
+                       carry=args.carry))
         return 0
     if args.command == "check":
         from ._run import check

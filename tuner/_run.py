@@ -54,6 +54,7 @@ class RunOptions:
     gpus: str | None = None  # e.g. "0-7": run trials in parallel on disjoint subsets
     parallel: int | None = None  # trials at once (default: as many as the GPUs allow)
     learn_from: tuple[str, ...] | None = None  # None: the studies of the storage on the same engine and GPU
+    carry: frozenset[str] | None = None  # what a warm start carries (tuner/search/_warm.py PARTS); None: the default
 
 
 @dataclass(frozen=True)
@@ -278,7 +279,7 @@ def _learn(options: RunOptions, prepared: Prepared, study_name: str,
         recorder.asked_version = probe_version(prepared.command, prepared.env)
         context = best_context(recorder.collect(None).to_attr(), stored)
     # With nothing learnt from, what the model's size says still holds (_warm.weight_lesson).
-    warm = warm_start(learning.knowledge, spec.space, context)
+    warm = warm_start(learning.knowledge, spec.space, context, *([options.carry] if options.carry is not None else []))
     if not warm.used:
         return None, learning
     return (warm.resumed() if study_exists(options.storage, study_name) else warm), learning

@@ -194,6 +194,9 @@ def summary(study: optuna.Study, spec: Spec, top: int = 5, dashboard: str | None
     gain = versus_baseline(study, best, metric)
     if gain:
         lines.append(f"  {gain}")
+    carried = carried_line(trials, best.trial.number)
+    if carried:
+        lines.append(f"  {carried}")
     # Each row says where its trial differs from the winner, as show does. It listed every flag that varied
     # among the rows, in the space's order, and cut each row at the same width: every row ended in "+4 more",
     # the flags that told them apart cut off. A row is cut only to fit a terminal; a log keeps it whole.
@@ -217,6 +220,21 @@ def summary(study: optuna.Study, spec: Spec, top: int = 5, dashboard: str | None
     if dashboard:  # longer: it keeps its own width
         steps.append((dashboard, "every trial, its note and server log"))
     return "\n".join(lines + ["next:"] + [f"  {command.ljust(pad)}   # {why}" for command, why in steps])
+
+
+def carried_line(trials: list, winner: int) -> str | None:
+    """What the configurations carried from earlier studies (run --learn-from) took, and whether one won."""
+    carried = [t for t in trials if t.user_attrs.get("learned_from")]
+    if not carried:
+        return None
+    numbers = ", ".join(str(t.number) for t in carried)
+    sources = sorted({t.user_attrs["learned_from"] for t in carried})
+    won = next((t for t in carried if t.number == winner), None)
+    restarts = sum(1 for t in carried if "reused_from" not in t.user_attrs  # a reused result launched nothing
+                   and t.user_attrs.get("failure_kind") != FailureKind.INVALID_CONFIG.value)
+    return (f"carried from {', '.join(sources)}: trial{'s' if len(carried) > 1 else ''} {numbers} ({restarts} "
+            f"restart{'' if restarts == 1 else 's'}); "
+            + (f"trial {won.number}, carried, is the winner" if won else "none of them is the winner"))
 
 
 def _room() -> int | None:

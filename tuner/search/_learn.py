@@ -20,7 +20,7 @@ from .._redact import redact_url
 from ._context import ATTR as CONTEXT_ATTR, richness
 from ._knowledge import Knowledge, knowledge_of_study, read_knowledge
 from ._study import open_storage, stored_study_names
-from ._warm import WEIGHTS_SOURCE, WarmStart
+from ._warm import PARTS, WEIGHTS_SOURCE, WarmStart
 
 NONE = "none"
 ATTR = "learned"  # the study user attr: what it learnt from where
@@ -152,6 +152,10 @@ def line(warm: WarmStart, learning: Learning) -> str:
             said += f", {used.first} configuration{'' if used.first == 1 else 's'} to try first"
         parts.append(f"{used.source} ({said})")
     told = "; ".join(parts)
+    left = [p for p in PARTS if p not in warm.parts]
+    if parts:
+        told += f"; carrying {', '.join(p for p in PARTS if p in warm.parts) or 'nothing'}" + \
+            (f" (--carry all adds {', '.join(left)})" if left else "")
     if not parts:
         learnt = ""
     elif learning.default:

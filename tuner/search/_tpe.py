@@ -112,7 +112,7 @@ class CrashAwareTPE(optuna.samplers.TPESampler):
         odds = self._run_odds(study)
         # Every other startup trial explores around the best so far; all of them when earlier studies' good
         # configurations started this one (benchmarks/transfer.py, docs/learning.md).
-        warm = self._prior is not None and self._prior.carried > 0
+        warm = self._prior is not None and self._prior.around
         center = self._incumbent(study) if self._local_startup and (warm or self._finished(study) % 2 == 1) else None
         rng = self._rng.rng
         likeliest: tuple[float, dict[str, Any]] | None = None

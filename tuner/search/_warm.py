@@ -82,6 +82,31 @@ _QUANT_BYTES = {"modelopt_fp4": 0.5625, "nvfp4": 0.5625, "fp4": 0.5625, "mxfp4":
 _DTYPE_BYTES = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}
 
 
+# What a warm start can carry, each measured alone against cold in docs/learning.md ("What each part does").
+# `run --carry` picks them; DEFAULT_PARTS is what runs without it.
+PARTS = {
+    "crashes": "kernel failures (NaN, garbage, a crash at start or capture) on the same GPU architecture and version",
+    "oom": "out-of-memory failures, their bounds moved to this model and GPUs",
+    "untried": "values that no earlier study on these kernels ran are drawn less",
+    "configs": "earlier studies' best configurations, tried right after the baseline",
+    "around": "with carried configurations, every startup trial explores around the best so far",
+}
+DEFAULT_PARTS = frozenset(PARTS)
+
+
+def parse_parts(text: str) -> frozenset[str]:
+    """`run --carry`'s value: part names joined by commas, `all`, or `default`."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if names == ["all"]:
+        return frozenset(PARTS)
+    if names == ["default"]:
+        return DEFAULT_PARTS
+    wrong = [n for n in names if n not in PARTS]
+    if wrong or not names:
+        raise ValueError(f"--carry {text!r}: unknown part {wrong[0]!r}" if wrong else "--carry: no part named")
+    return frozenset(names)
+
+
 @dataclass(frozen=True)
 class CarriedLesson:
     lesson: Lesson
@@ -101,6 +126,7 @@ class Prior:
     lessons: tuple[CarriedLesson, ...] = ()
     ghosts: tuple[Ghost, ...] = ()
     carried: int = 0  # good configurations carried over (tried first, or ghosts)
+    around: bool = False  # every startup trial explores around the best so far (the `around` part)
     ran: Mapping[str, frozenset] = field(default_factory=dict)  # choice values that ran on these kernels
 
     def odds(self, own: Any, finished: Sequence[FrozenTrial]) -> ToldOdds:
@@ -166,28 +192,34 @@ class WarmStart:
     first: tuple[tuple[dict[str, Any], str], ...]  # (configuration, its source), to run after the baseline
     prior: Prior
     used: tuple[SourceUse, ...]
+    parts: frozenset[str] = DEFAULT_PARTS  # what was carried (PARTS)
 
     def to_attr(self) -> dict[str, Any]:
-        return {"sources": [{"source": u.source, "lessons": u.lessons, "first": u.first,
+        return {"carry": [p for p in PARTS if p in self.parts], "sources": [{"source": u.source, "lessons": u.lessons, "first": u.first,
                              **({"similarity": round(u.similarity, 2)} if u.similarity is not None else {}),
                              **({"told": list(u.told[:MAX_TOLD])} if u.told else {})}
                             for u in self.used]}
 
     def resumed(self) -> WarmStart:
         """For a study that exists: its first trials are behind it, only the prior applies."""
-        return WarmStart((), self.prior, tuple(replace(u, first=0) for u in self.used))
+        return WarmStart((), self.prior, tuple(replace(u, first=0) for u in self.used), self.parts)
 
 
-def warm_start(knowledge: Sequence[Knowledge], space: Space, context: Mapping[str, Any]) -> WarmStart:
+def warm_start(knowledge: Sequence[Knowledge], space: Space, context: Mapping[str, Any],
+               parts: frozenset[str] = DEFAULT_PARTS) -> WarmStart:
     """What the knowledge tells a study of `space` in `context` (the context attr: engine, gpus, model,
-    workload; tuner/search/_context.py)."""
+    workload; tuner/search/_context.py), of the PARTS named in `parts`. What the model's size says
+    (weight_lesson) holds whatever is carried: it is this study's own."""
     carried: list[CarriedLesson] = []
     told: dict[str, list[CarriedLesson]] = {}
     weights = weight_lesson(space, context)
     if weights is not None:
         carried.append(CarriedLesson(weights, MAX_WEIGHT))
+    wanted = {KERNEL: "crashes" in parts, MEMORY: "oom" in parts}
     for k in knowledge:
         for lesson in k.lessons:
+            if not wanted.get(lesson.carries):
+                continue
             weight = lesson_weight(lesson, context)
             if weight > 0 and lesson.carries == MEMORY:
                 lesson = scale_memory(lesson, context)
@@ -221,7 +253,7 @@ def warm_start(knowledge: Sequence[Knowledge], space: Space, context: Mapping[st
         if GHOST_WEIGHT > 0:
             ghosts.append(Ghost(params, GHOST_WEIGHT * score))
         told_to_fail = any(c.lesson.matches(params) for c in carried)
-        if len(first) < MAX_FIRST and params not in seen and not told_to_fail:
+        if "configs" in parts and len(first) < MAX_FIRST and params not in seen and not told_to_fail:
             first.append((params, k.source))
             seen.append(params)
     used = tuple(SourceUse(k.source, len(told.get(k.source, [])), sum(s == k.source for _, s in first),
@@ -231,8 +263,11 @@ def warm_start(knowledge: Sequence[Knowledge], space: Space, context: Mapping[st
     if weights is not None:
         used = (SourceUse(WEIGHTS_SOURCE, 1, 0, None, (f"`{weights.reads_values()}` is likely to run out of memory "
                                                         f"({weights.evidence})",)), *used)
-    told_ran = {name: frozenset(v) for name, v in ran.items() if name in space.params} if UNTRIED_WEIGHT else {}
-    return WarmStart(tuple(first), Prior(tuple(carried), tuple(ghosts), len(carried_good), told_ran), used)
+    told_ran = {name: frozenset(v) for name, v in ran.items() if name in space.params} \
+        if UNTRIED_WEIGHT and "untried" in parts else {}
+    around = "around" in parts and bool(carried_good)
+    return WarmStart(tuple(first), Prior(tuple(carried), tuple(ghosts), len(carried_good), around=around, ran=told_ran),
+                     used, frozenset(parts))
 
 
 def weight_lesson(space: Space, context: Mapping[str, Any]) -> Lesson | None:
