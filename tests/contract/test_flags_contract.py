@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tuner.engines import SGLang
-from tuner.sim._args import build_parser, merge_config
+from tuner.flags import build_parser, merge_config
 
 REPO = Path(__file__).resolve().parents[2]
 VENVS = {"0.5.23": REPO / ".venv-sglang", "0.5.17": REPO / ".venv-sglang0517", "0.5.6": REPO / ".venv-sglang056"}
