@@ -1,16 +1,16 @@
 """Knowledge a study leaves for later ones: the values its failures blame, and its best configurations.
 
-A lesson is a suspect of the sampler's own rules (tuner/search/_tpe.py, `Shown.blames`) that explains some of a study's
+A lesson is a suspect of the sampler's own rules (tuner/search/_blame.py, `Shown.blames`) that explains some of a study's
 failures: a value that never ran (`attention-backend: nsa`), an ordered value beyond every one that ran
 (`cuda-graph-max-bs: {at-least: 96}`), or a pair (a choice with an ordered value beyond every one it ran with).
 Each keeps the failure kind, the study's context (tuner/search/_context.py), the failures it explains (count, blame,
 trials) and the first one's message. A failure that blames nothing in particular (every value in it ran
 elsewhere) teaches nothing to carry, and is left out.
 
-`knowledge export` writes the lessons as a file (YAML or JSON, `schema: 2`), with what ran: the values of each
-choice flag (a backend, a switch) that ran and passed the gate, and on what engine and GPUs (schema 1 files,
-without it, still read). `run --learn-from FILE` reads it back; `run --learn-from STUDY` derives the same from the
-study itself (tuner/search/_learn.py).
+`knowledge export` writes the lessons as a file (`render`: YAML or JSON, `schema: 2`), with what ran: the values
+of each choice flag (a backend, a switch) that ran and passed the gate, and on what engine and GPUs (schema 1
+files, without it, still read). `run --learn-from FILE` reads it back; `run --learn-from STUDY` derives the same
+from the study itself. Both commands are tuner/search/_learn.py's: this module reads no storage.
 """
 
 from __future__ import annotations
@@ -18,8 +18,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-import shlex
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,11 +29,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from .._errors import KnowledgeError
 from .._failures import KERNEL, MEMORY, FailureKind, carries_trial, failed_capturing, measured
-from .._files import write_atomically
-from .._redact import redact_url
+from ._blame import AT, UP, Blame, Shown, captures_graphs, is_number, violation
 from ._context import ATTR as CONTEXT_ATTR, ENGINE_NAMES
-from ._study import load_study
-from ._tpe import AT, UP, Blame, Shown, _captures_graphs, _violation
 
 SCHEMA = 2
 READS = (1, 2)  # schema 1: no `ran` section
@@ -74,7 +69,7 @@ class Lesson:
 
     def matches(self, params: Mapping[str, Any]) -> bool:
         """Whether a configuration has these values (and, for a capture lesson, captures CUDA graphs)."""
-        if self.capture and not _captures_graphs(params):
+        if self.capture and not captures_graphs(params):
             return False
         return all(name in params and _within(params[name], want) for name, want in self.values.items())
 
@@ -199,7 +194,7 @@ def _suspects(finished: Sequence[FrozenTrial]) -> list[tuple[FrozenTrial, bool, 
     capture_failed = [failed_capturing(t.user_attrs) for t in finished]
     general = Shown.of([t for t, failed in zip(finished, capture_failed) if not failed])
     capture = Shown.of([t for t, failed in zip(finished, capture_failed)
-                        if failed or (_violation(t) <= 0 and _captures_graphs(t.params))])
+                        if failed or (violation(t) <= 0 and captures_graphs(t.params))])
     failures = []
     for shown, is_capture in ((general, False), (capture, True)):
         for t in shown.failed:
@@ -243,7 +238,7 @@ def _ran(finished: Sequence[FrozenTrial]) -> dict[str, tuple[Any, ...]]:
     """The values of each choice flag (a backend, a switch) that ran and passed the gate in some trial."""
     ran: dict[str, list[Any]] = {}
     for t in finished:
-        if _violation(t) <= 0:
+        if violation(t) <= 0:
             for name, value in t.params.items():
                 if isinstance(value, (str, bool)) and value not in ran.setdefault(name, []):
                     ran[name].append(value)
@@ -257,7 +252,7 @@ def _good(finished: Sequence[FrozenTrial], context: Mapping[str, Any], study: st
     short is no measurement (`measured`), even where it was recorded as one."""
     requests = (context.get("workload") or {}).get("requests")
     eligible = [t for t in finished if t.state == TrialState.COMPLETE and t.user_attrs.get("feasible") is True
-                and _violation(t) <= 0 and t.values and measured(t.user_attrs, requests)]
+                and violation(t) <= 0 and t.values and measured(t.user_attrs, requests)]
     sign = 1.0 if maximize else -1.0
     ranked: list[FrozenTrial] = []
     seen: set[str] = set()
@@ -306,27 +301,6 @@ class _Dumper(yaml.SafeDumper):
 
     def ignore_aliases(self, data: Any) -> bool:
         return True
-
-
-def export(storage: str, study_name: str | None, out: str, notes: Sequence[str] = ()) -> Path | None:
-    """`knowledge export`: the study's lessons to `out` (.json: JSON, else YAML; '-': stdout), whole or not at all.
-    The first line on stderr names the study and the file, then each entry as it reads."""
-    study = load_study(storage, study_name)
-    knowledge = knowledge_of_study(study)
-    fmt = "json" if out.endswith(".json") else "yaml"
-    command = shlex.join(["python", "-m", "tuner", "knowledge", "export", "--storage", redact_url(storage),
-                          "--study", study.study_name, "--out", out])
-    text = render(knowledge, fmt, command)
-    path = None if out == "-" else Path(out)
-    if path is not None:
-        write_atomically(path, text)
-    count = len(knowledge.lessons)
-    print(f"study '{study.study_name}' ({redact_url(storage)}): {count} entr{'y' if count == 1 else 'ies'} "
-          f"written to {path or 'stdout'}", *(f"  {lesson.reads()}" for lesson in knowledge.lessons), *notes,
-          sep="\n", file=sys.stderr, flush=True)
-    if path is None:
-        sys.stdout.write(text)
-    return path
 
 
 def read_knowledge(path: str | Path) -> Knowledge:
@@ -391,7 +365,7 @@ def _lesson(entry: Any, where: str) -> Lesson:
                              "flashinfer}")
     for name, value in values.items():
         if isinstance(value, Mapping):
-            if len(value) != 1 or next(iter(value)) not in (AT_LEAST, AT_MOST) or not _is_number(
+            if len(value) != 1 or next(iter(value)) not in (AT_LEAST, AT_MOST) or not is_number(
                     next(iter(value.values()))):
                 raise KnowledgeError(f"{where}.values.{name}: a range is {{{AT_LEAST}: N}} or {{{AT_MOST}: N}}",
                                      f"write e.g. {name}: {{{AT_LEAST}: 96}}")
@@ -419,7 +393,7 @@ def _lesson(entry: Any, where: str) -> Lesson:
     if not (isinstance(count, int) and not isinstance(count, bool) and count >= 1):
         raise KnowledgeError(f"{where}.count must be a whole number of trials (1 or more), got {count!r}",
                              "write e.g. count: 2")
-    if not (_is_number(blame) and 0 < blame <= count and math.isfinite(blame)):
+    if not (is_number(blame) and 0 < blame <= count and math.isfinite(blame)):
         raise KnowledgeError(f"{where}.blame must be a number in (0, count], got {blame!r}",
                              "write e.g. blame: 1.0, or leave it out")
     trials = entry.get("trials", [])
@@ -431,7 +405,7 @@ def _lesson(entry: Any, where: str) -> Lesson:
 
 def _within(value: Any, want: Any) -> bool:
     if isinstance(want, Mapping):
-        if not _is_number(value):
+        if not is_number(value):
             return False
         bound = want.get(AT_LEAST, want.get(AT_MOST))
         return value >= bound if AT_LEAST in want else value <= bound
@@ -447,8 +421,4 @@ def _value_text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 

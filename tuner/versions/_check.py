@@ -14,6 +14,7 @@ from functools import lru_cache
 
 from .._errors import FlagCheckError, UsageError
 from ..engines import RENAMES
+from ..flags import build_parser
 from ..spec import Spec, did_you_mean
 
 _OPTION = re.compile(r"(?<![\w-])(--[A-Za-z0-9][\w-]*)(?:[ =](\{[^}]*\}))?")
@@ -85,8 +86,6 @@ _MISSING_MODULE = re.compile(r"No module named '?([\w.]+)'?")
 @lru_cache(maxsize=None)
 def version_help(version: str) -> HelpFlags:
     """The flags of an SGLang version the tuner ships a table of, as that version's --help lists them."""
-    from ..sim import build_parser
-
     return parse_help(build_parser(version).format_help())
 
 
