@@ -9,11 +9,12 @@ from ._learn import (ATTR as LEARNED_ATTR, Learning, best_context, describe as d
                      gather, line as learn_line, record as record_learning, stored_context, study_exists)
 from ._slots import SlotPool
 from ._study import SAMPLERS, heartbeat_settings, load_or_create, load_study, open_storage, stored_study_names
-from ._warm import DEFAULT_PARTS, PARTS as CARRY_PARTS, WarmStart, parse_parts, warm_start
+from ._warm import (DEFAULT_PARTS, MEASURED as CARRY_MEASURED, PARTS as CARRY_PARTS, WarmStart, parse_parts,
+                    warm_start)
 from ._worker import (REMEASURE_ATTR, Interrupted, NotStarted, Surplus, TrialBudget, Worker, fail_trials_of_dead_workers,
                       reference_gap)
 
-__all__ = ["CARRY_PARTS", "DEFAULT_PARTS", "parse_parts", "REMEASURE_ATTR", "reference_gap", "CONTEXT_ATTR", "LEARNED_ATTR", "SAMPLERS", "ContextRecorder", "GpuProbe", "Interrupted", "Learning",
+__all__ = ["CARRY_MEASURED", "CARRY_PARTS", "DEFAULT_PARTS", "parse_parts", "REMEASURE_ATTR", "reference_gap", "CONTEXT_ATTR", "LEARNED_ATTR", "SAMPLERS", "ContextRecorder", "GpuProbe", "Interrupted", "Learning",
            "MemoryBaseline", "NotStarted", "SlotPool", "Surplus", "TrialBudget", "WarmStart", "Worker", "best_context",
            "check_gpu_ids", "describe_context", "describe_gpus", "describe_learning", "export_knowledge",
            "fail_trials_of_dead_workers", "gather", "heartbeat_settings", "learn_line", "load_or_create", "load_study", "open_storage",

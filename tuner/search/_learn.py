@@ -154,6 +154,9 @@ def line(warm: WarmStart, learning: Learning) -> str:
         said = f"{used.lessons} lesson{'' if used.lessons == 1 else 's'}"
         if used.first:
             said += f", {used.first} configuration{'' if used.first == 1 else 's'} to try first"
+        if used.unfit:
+            said += f", {used.unfit} configuration{'' if used.unfit == 1 else 's'} left out: no tensor-parallel " \
+                    "size of this space holds this model with them"
         parts.append(f"{used.source} ({said})")
     told = "; ".join(parts)
     left = [p for p in PARTS if p not in warm.parts]

@@ -91,7 +91,15 @@ PARTS = {
     "configs": "earlier studies' best configurations, tried right after the baseline",
     "around": "with carried configurations, every startup trial explores around the best so far",
 }
-DEFAULT_PARTS = frozenset(PARTS)
+# Each part alone against cold on the training families 0-3 (benchmarks/transfer.py --split, docs/learning.md):
+# restarts to 98% of the optimum as a ratio of cold's, and the worst family's gap in restarts.
+MEASURED = {"crashes": "0.88x cold's restarts, worst family +0.5", "oom": "1.20x, worst family +4",
+            "untried": "0.73x, worst family +1", "configs": "0.95x, worst family +7",
+            "around": "0.73x, worst family +8.5"}
+# Only the parts that never cost a family more than 3 restarts over cold on the training families (docs/learning.md):
+# an OOM bound learnt on another model misleads as often as it helps, and carried configurations and the search
+# around them cost up to 7 and 8.5 restarts where the next model differs in size, GPUs or workload.
+DEFAULT_PARTS = frozenset({"crashes", "untried"})
 
 
 def parse_parts(text: str) -> frozenset[str]:
@@ -185,6 +193,7 @@ class SourceUse:
     first: int  # configurations tried right after the baseline
     similarity: float | None  # of a study's context to this one's; None for a file
     told: tuple[str, ...] = ()  # the carried lessons as they read, strongest first
+    unfit: int = 0  # good configurations left out: no tensor-parallel size of this space holds this model with them
 
 
 @dataclass(frozen=True)
@@ -197,7 +206,8 @@ class WarmStart:
     def to_attr(self) -> dict[str, Any]:
         return {"carry": [p for p in PARTS if p in self.parts], "sources": [{"source": u.source, "lessons": u.lessons, "first": u.first,
                              **({"similarity": round(u.similarity, 2)} if u.similarity is not None else {}),
-                             **({"told": list(u.told[:MAX_TOLD])} if u.told else {})}
+                             **({"told": list(u.told[:MAX_TOLD])} if u.told else {}),
+                             **({"unfit": u.unfit} if u.unfit else {})}
                             for u in self.used]}
 
     def resumed(self) -> WarmStart:
@@ -245,8 +255,12 @@ def warm_start(knowledge: Sequence[Knowledge], space: Space, context: Mapping[st
     ghosts: list[Ghost] = []
     carried_good: list[dict[str, Any]] = []
     seen = [dict(space.baseline)] if space.baseline is not None else []
+    unfit: dict[str, int] = {}
     for score, good, k in candidates:
-        params = fit_memory(adapt(good.params, space), space, k.context, context) if score > 0 else None
+        adapted = adapt(good.params, space) if score > 0 else None
+        params = fit_memory(adapted, space, k.context, context)
+        if adapted is not None and params is None:
+            unfit[k.source] = unfit.get(k.source, 0) + 1
         if params is None or params in carried_good:
             continue
         carried_good.append(params)
@@ -258,7 +272,8 @@ def warm_start(knowledge: Sequence[Knowledge], space: Space, context: Mapping[st
             seen.append(params)
     used = tuple(SourceUse(k.source, len(told.get(k.source, [])), sum(s == k.source for _, s in first),
                            similar.get(k.source), tuple(c.lesson.reads() for c in sorted(
-                               told.get(k.source, []), key=lambda c: -c.weight)))
+                               told.get(k.source, []), key=lambda c: -c.weight)),
+                           unfit.get(k.source, 0) if "configs" in parts else 0)
                  for k in knowledge)
     if weights is not None:
         used = (SourceUse(WEIGHTS_SOURCE, 1, 0, None, (f"`{weights.reads_values()}` is likely to run out of memory "
