@@ -16,6 +16,7 @@ SHIPPED = REPO / "search_spaces" / "knowledge" / "glm5-nvfp4-sm120.yaml"
 # answers NaN at batch 64, triton garbage (tuner/sim/profiles/glm5-nvfp4-sm120.yaml).
 BROKEN = {"nsa", "flashinfer", "triton"}
 FIRST = 6  # trials of the GLM-5 studies compared
+CARRIED = "crashes, oom, untried, configs, around"  # the warm start's parts, all by default (run --carry)
 
 
 def _other_model_on_the_same_gpu(tuner) -> tuple[str, str]:
@@ -100,7 +101,8 @@ def test_a_second_glm5_study_skips_the_backends_another_model_on_the_same_gpu_fo
     assert more.returncode == 0, more.stderr[-3000:]
     lessons = learned["sources"][0]["lessons"]
     assert more.stderr.splitlines()[0] == ("learning from 1 earlier study of this storage on the same engine and GPU: "
-                                           f"study 'dsv32' ({lessons} lessons) (--learn-from none starts cold)")
+                                           f"study 'dsv32' ({lessons} lessons); carrying {CARRIED} (--learn-from none "
+                                           "starts cold)")
     assert tuner.study("glm5-warm").user_attrs["learned"]["sources"][0]["first"] == 1
     show = tuner.run("show", "--study", "glm5-warm", env={"COLUMNS": "250"})
     line, = [line for line in show.stdout.splitlines() if line.startswith("learned: ")]
@@ -120,7 +122,8 @@ def test_the_shipped_knowledge_is_used_and_a_lesson_this_study_contradicts_does_
     done = tuner.run("run", "--trials", str(FIRST), "--simulate", "--learn-from", str(path), env=SIM_FAST)
     assert done.returncode == 0, done.stderr[-3000:]
     lessons = len(knowledge["entries"])
-    assert done.stderr.splitlines()[0] == f"learning from {path} ({lessons} lessons)", done.stderr[:500]
+    assert done.stderr.splitlines()[0] == f"learning from {path} ({lessons} lessons); carrying {CARRIED}", \
+        done.stderr[:500]
     study = tuner.study("glm5-nvfp4-sm120")
     assert _backends(study) == ["trtllm_mla"] * FIRST
     source, = study.user_attrs["learned"]["sources"]
