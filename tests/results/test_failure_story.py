@@ -25,10 +25,12 @@ SPACE = instant_space(
     baseline="{attention-backend: fa3, disable-cuda-graph: false, chunked-prefill-size: 8192, "
              "max-running-requests: 64}",
     extra="try-first:\n"
-          "  - {attention-backend: triton, disable-cuda-graph: true, chunked-prefill-size: 8192, max-running-requests: 64}\n"
+          "  - {attention-backend: triton, disable-cuda-graph: true, chunked-prefill-size: 8192, "
+          "max-running-requests: 64}\n"
           "  - {attention-backend: triton, disable-cuda-graph: false, chunked-prefill-size: 4096, "
           "max-running-requests: 32}\n"
-          "  - {attention-backend: fa3, disable-cuda-graph: false, chunked-prefill-size: 16384, max-running-requests: 64}\n"
+          "  - {attention-backend: fa3, disable-cuda-graph: false, chunked-prefill-size: 16384, "
+          "max-running-requests: 64}\n"
           "  - {attention-backend: flashinfer, disable-cuda-graph: true, chunked-prefill-size: 16384, "
           "max-running-requests: 128}\n")
 WHERE = " on SM90 with SGLang 0.5.23"  # the instant profile's GPUs and engine, as the file's sentences say them
@@ -78,8 +80,8 @@ def test_a_lesson_from_one_failure_reads_as_a_suspicion_and_one_from_two_as_a_fa
     assert hang["reads"] == (f"`chunked-prefill-size: >= 16384` may hang at start capturing CUDA graphs{WHERE} "
                              "(1 failed trial: 3; none ran fine with it)")
     assert hang["suspected"] is True and hang["capture"] is True
-    assert crash["reads"] == f"`attention-backend: triton` crashes at start{WHERE} (2 failed trials: 1, 2; none ran fine " \
-                             "with it)"
+    assert crash["reads"] == (f"`attention-backend: triton` crashes at start{WHERE} (2 failed trials: 1, 2; none ran "
+                              "fine with it)")
     assert "suspected" not in crash
     assert ("    `chunked-prefill-size: >= 16384` may hang at start capturing CUDA graphs (1 failed trial: 3; none ran "
             "fine with it)") in story.show.stdout.splitlines()

@@ -60,7 +60,8 @@ def test_failures_are_attributed_to_what_the_search_blames(study):
     out = study.run("show", env={"COLUMNS": "200"}).stdout
     assert ("\nfailures, and the values the search blames (knowledge export writes the same):\n"
             "  crash_on_start: 3 trial(s)\n"
-            "    `attention-backend: triton` crashes at start (3 failed trials: 2, 4, 6; none ran fine with it)\n") in out
+            "    `attention-backend: triton` crashes at start (3 failed trials: 2, 4, 6; none ran fine with it)\n"
+            ) in out
     # Graphs off in nearly every trial, crashed or not: it ran fine, so it is not blamed.
     assert "disable-cuda-graph: true" not in out
 
@@ -83,19 +84,20 @@ def test_a_failure_whose_every_value_ran_elsewhere_blames_nothing():
             system_attrs={"constraints": (1.0 if kind else 0.0,)})
         trial.number = number
         trials.append(trial)
-    assert failure_breakdown(trials) == ("failures:\n  crash_on_start: 1 trial(s); trial 2 blames nothing in particular "
-                                         "(every value in it ran fine elsewhere)")
+    assert failure_breakdown(trials) == ("failures:\n  crash_on_start: 1 trial(s); trial 2 blames nothing in "
+                                         "particular (every value in it ran fine elsewhere)")
     # A missed SLO blames what never ran too, for the search; it says more of the workload than of the flags, so
     # knowledge export leaves it out, and show says so.
     slo = optuna.trial.create_trial(
         params={"attention-backend": "fa3", "disable-cuda-graph": True, "max-running-requests": 256},
         distributions={**dist, "max-running-requests": optuna.distributions.CategoricalDistribution([64, 256])},
-        state=TrialState.PRUNED, user_attrs={"failure_kind": "slo_violation", "failure_message": "p99_ttft_ms 900 > 500"},
+        state=TrialState.PRUNED,
+        user_attrs={"failure_kind": "slo_violation", "failure_message": "p99_ttft_ms 900 > 500"},
         system_attrs={"constraints": (1.0,)})
     slo.number = 3
     assert failure_breakdown([*trials, slo], width=200).splitlines()[-1] == (
-        "    `max-running-requests: >= 256` may miss the SLO (1 failed trial: 3; none ran fine with it) (not carried to "
-        "later studies)")
+        "    `max-running-requests: >= 256` may miss the SLO (1 failed trial: 3; none ran fine with it) (not carried "
+        "to later studies)")
 
 
 def test_show_fits_the_terminal_and_keeps_whole_messages(study):

@@ -71,8 +71,8 @@ def test_a_lesson_reads_as_a_sentence_and_matches_what_it_says():
     assert flashmla.reads() == ("`nsa-decode-backend: flashmla_sparse` gives NaN on SM120 with SGLang 0.5.6 "
                                 "(3 failed trials: 2, 3, 4; none ran fine with it)")
     oom = Lesson({"cuda-graph-max-bs": {"at-least": 96}}, FailureKind.OOM, SM120, count=2, blame=2.0, trials=(4, 6))
-    assert oom.reads() == ("`cuda-graph-max-bs: >= 96` runs out of memory with GLM-5 (744B) on 8x 95.6 GB, SGLang 0.5.6 "
-                           "(2 failed trials: 4, 6)")  # read from a file that did not say what ran fine
+    assert oom.reads() == ("`cuda-graph-max-bs: >= 96` runs out of memory with GLM-5 (744B) on 8x 95.6 GB, "
+                           "SGLang 0.5.6 (2 failed trials: 4, 6)")  # read from a file that did not say what ran fine
     assert oom.matches({"cuda-graph-max-bs": 128}) and not oom.matches({"cuda-graph-max-bs": 64})
     capture = Lesson({"attention-backend": "nsa"}, FailureKind.GRAPH_CAPTURE_FAILED, SM120, capture=True)
     assert capture.matches({"attention-backend": "nsa", "disable-cuda-graph": False})
