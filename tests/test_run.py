@@ -27,11 +27,13 @@ def test_glm5_twin_study_prunes_nan_backends_and_ends_with_trtllm(tuner):
     without_graphs = {k: v for k, v in nsa_first.items() if k != "cuda-graph-max-bs"}
     space["try-first"] = [nsa_first, {**without_graphs, "disable-cuda-graph": True}]
     path = tuner.space(yaml.safe_dump(space, sort_keys=False), "glm5.yaml")
-    done = tuner.run("run", "--trials", "40", "--space", str(path), "--simulate", env=SIM_FAST, timeout=1200)
+    # 12 trials: the broken backends fail within them and only trtllm_mla runs on SM120, so a longer study (it was
+    # 40, the test's slowest minutes) ends the same.
+    done = tuner.run("run", "--trials", "12", "--space", str(path), "--simulate", env=SIM_FAST, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
     study = tuner.study("glm5-nvfp4-sm120")
     trials = study.get_trials()
-    assert len([t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]) == 40
+    assert len([t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]) == 12
     assert trials[0].user_attrs["baseline"] is True and trials[0].user_attrs["feasible"] is True
     # The flashmla backends (what "nsa" resolves to on SM120) load and then produce NaN: pruned as such.
     nsa = [t for t in trials if t.params.get("attention-backend") == "nsa" and "reused_from" not in t.user_attrs]
@@ -226,11 +228,11 @@ def test_a_start_up_interrupted_twice_is_judged_without_a_restart_where_a_simila
 
 def test_a_trial_whose_start_up_does_not_fit_in_the_timeout_waits_for_the_next_run(tuner):
     """A run with --timeout starts no trial whose expected start-up (here a similar configuration's, 12 s) does not
-    fit in what is left: it says so, ends well, and the next run starts that configuration first."""
+    fit in what is left: it says so, ends well, and the next run starts that configuration first. The similar
+    start was its run's second: a run's first start is no guide (tests/search/test_startup.py)."""
     space = _startup_space(tuner, LIKE_SLOW, FAST, SLOW)
     real = {"TUNER_SIM_STARTUP_SCALE": "1"}  # the space's start-up timeout as written: 30 s
     run = ("run", "--space", str(space), "--simulate", "instant")
-    assert tuner.run(*run, "--trials", "1", env=real).returncode == 0
     slow = tuner.run(*run, "--trials", "2", env={**real, "TUNER_SIM_FAULTS": "warmup_503=12"})
     assert slow.returncode == 0, slow.stderr[-3000:]
     assert tuner.study("startup").trials[1].user_attrs["stage_seconds"]["readiness"] >= 12

@@ -78,6 +78,13 @@ def _parser() -> argparse.ArgumentParser:
                        "profile (a name or a file); without one: the profile the space names (sim-profile:), "
                        "else the one named like the space, else one of the space's SGLang version; "
                        f"without --space: {DEFAULT_PROFILE} and its space")
+        server_python_arg(p)
+
+    def server_python_arg(p: argparse.ArgumentParser, recorded: str = "") -> None:
+        p.add_argument("--server-python", default=None, metavar="PATH",
+                       help="the python that runs the server's -m MODULE, e.g. SGLang's in another venv or conda "
+                       "env: it replaces the first word of server.command (with --simulate, the python of "
+                       "tuner.sim)" + recorded)
 
     run = sub.add_parser("run", help="run (or continue) a study")
     run.add_argument("--trials", type=int, required=True, help="total trials the study should have (a study "
@@ -133,6 +140,7 @@ def _parser() -> argparse.ArgumentParser:
     confirm.add_argument("--trials", type=_numbers, default=(), metavar="N,M",
                          help="re-measure these trials instead of the top ones, e.g. the winner and the baseline: 6,0")
     confirm.add_argument("--workdir", default="runs", help="where their server logs go (default: %(default)s)")
+    server_python_arg(confirm, " (default: the one the study's run used)")
 
     dashboard = sub.add_parser("dashboard", help="start optuna-dashboard on the storage, with the server logs")
     read_storage_args(dashboard)
@@ -261,6 +269,10 @@ def _main(argv: Sequence[str] | None) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    if getattr(args, "server_python", None) is not None:
+        from ._server_python import resolve_python
+
+        resolve_python(args.server_python)  # a wrong path is said alone, before any study is opened or named
     if args.command in READERS:
         target = choose(args.command, args.storage, getattr(args, "study", None), getattr(args, "workdir", "runs"))
         return _read(args, target)
@@ -278,12 +290,12 @@ def _dispatch(args: argparse.Namespace) -> int:
                        workdir=args.workdir, timeout=args.timeout, on_space_change=args.on_space_change,
                        api_key_env=args.api_key_env, gpus=args.gpus, parallel=args.parallel,
                        learn_from=tuple(args.learn_from) if args.learn_from is not None else None,
-                       carry=args.carry))
+                       carry=args.carry, server_python=args.server_python))
         return 0
     if args.command == "check":
         from ._run import check
 
-        return 2 if check(args.space, args.simulate, args.model).errors else 0
+        return 2 if check(args.space, args.simulate, args.model, server_python=args.server_python).errors else 0
     if args.command == "twin":
         from .twin import FitOptions, fit_command
 
@@ -327,7 +339,8 @@ def _read(args: argparse.Namespace, target: Target) -> int:
     if args.command == "confirm":
         from .results import confirm
 
-        confirm(target.storage, target.study, args.top, args.repeats, args.workdir, trials=args.trials)
+        confirm(target.storage, target.study, args.top, args.repeats, args.workdir, trials=args.trials,
+                server_python=args.server_python)
         return 0
     from .results import serve
 

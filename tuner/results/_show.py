@@ -13,11 +13,10 @@ from optuna.trial import FrozenTrial
 from .._errors import NoEligibleTrialError
 from .._failures import FailureKind
 from .._redact import redact_url
-from ..search import (CONTEXT_ATTR, LEARNED_ATTR, blame_failures, describe_context, describe_learning, load_study,
-                      reference_gap)
+from ..search import CONTEXT_ATTR, LEARNED_ATTR, blame_failures, describe_context, describe_learning, load_study
 from ..trial import LENGTHS_ATTR
 from ._progress import fit, format_value, table
-from ._results import certainty_lines, cut_note, objective_metric, winner
+from ._results import certainty_lines, cut_note, gate_lines, objective_metric, winner
 from ._which_study import target_args
 
 # Each column one precision: throughput to 0.1 tok/s, TTFT to the ms, ITL to 0.1 ms, time to 0.1 s.
@@ -72,7 +71,7 @@ def show(storage: str, study_name: str | None, sort: str = "value", failed_only:
         parts.append("\n".join(textwrap.fill(line, width=width, subsequent_indent="  ", break_on_hyphens=False)
                                for line in (f"winner: {best.describe(metric)}", f"  {flags}")))
         parts[-1] += _certainty(study, best, shlex.join(target_args(storage, study)), width)
-    parts += _gate_lines(study.user_attrs)
+    parts += gate_lines(study.user_attrs)
     if study.user_attrs.get(CONTEXT_ATTR):  # what the study ran on and for, as its first trial found it
         parts.append(textwrap.fill("context: " + describe_context(study.user_attrs[CONTEXT_ATTR]), width=width,
                                    subsequent_indent="  ", break_on_hyphens=False, break_long_words=False))
@@ -218,16 +217,3 @@ def _messages(trials: list[FrozenTrial], width: int, cut: Mapping[int, str]) -> 
         lines.append(textwrap.fill(message, width=width, initial_indent=head, subsequent_indent="      ",
                                    break_long_words=False, break_on_hyphens=False))
     return "\n".join(lines)
-
-
-def _gate_lines(attrs) -> list[str]:
-    """What the gate did not judge as shipped: a tolerance the space loosened, a check the baseline cannot feed."""
-    lines = []
-    loosened = attrs.get("gate_loosened") or {}
-    if loosened:
-        lines.append("gate loosened by the space: " + ", ".join(f"{k} {v}" for k, v in loosened.items() if k != "why")
-                     + f" (why: {loosened.get('why')})")
-    gap = reference_gap(attrs)
-    if gap:
-        lines.append(gap)
-    return lines

@@ -4,10 +4,10 @@ The lessons are those of `blame_failures` (tuner/search/_lessons.py), the same t
 ones that do not carry to other studies (a timeout, a missed SLO: `FailureKind.carries`). Each keeps the study's
 context (tuner/search/_context.py), so a later study knows what it was learnt on.
 
-`knowledge export` writes the lessons as a file (YAML or JSON, `schema: 2`), with what ran: the values of each
-choice flag (a backend, a switch) that ran and passed the gate, and on what engine and GPUs (schema 1 files,
-without it, still read). `run --learn-from FILE` reads it back; `run --learn-from STUDY` derives the same from the
-study itself (tuner/search/_learn.py).
+`knowledge export` writes the lessons as a file (`render`: YAML or JSON, `schema: 2`), with what ran: the values
+of each choice flag (a backend, a switch) that ran and passed the gate, and on what engine and GPUs (schema 1
+files, without it, still read). `run --learn-from FILE` reads it back; `run --learn-from STUDY` derives the same
+from the study itself. Both commands are tuner/search/_learn.py's: this module reads no storage.
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-import shlex
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,15 +26,12 @@ from optuna.trial import FrozenTrial, TrialState
 
 from .._errors import KnowledgeError
 from .._failures import FailureKind, measured
-from .._files import write_atomically
-from .._redact import redact_url
+from ._blame import is_number, violation
 from ._context import ATTR as CONTEXT_ATTR
-from ._lessons import AT_LEAST, AT_MOST, Lesson, _is_number, blame_failures
-from ._study import load_study
-from ._tpe import _violation
+from ._lessons import AT_LEAST, AT_MOST, Lesson, blame_failures
 
-__all__ = ["AT_LEAST", "AT_MOST", "GoodConfig", "Knowledge", "Lesson", "export", "knowledge_of_study",
-           "knowledge_of_trials", "read_knowledge", "render"]
+__all__ = ["AT_LEAST", "AT_MOST", "GoodConfig", "Knowledge", "Lesson", "knowledge_of_study", "knowledge_of_trials",
+           "read_knowledge", "render"]
 
 SCHEMA = 2
 READS = (1, 2)  # schema 1: no `ran` section
@@ -100,7 +95,7 @@ def _ran(finished: Sequence[FrozenTrial]) -> dict[str, tuple[Any, ...]]:
     """The values of each choice flag (a backend, a switch) that ran and passed the gate in some trial."""
     ran: dict[str, list[Any]] = {}
     for t in finished:
-        if _violation(t) <= 0:
+        if violation(t) <= 0:
             for name, value in t.params.items():
                 if isinstance(value, (str, bool)) and value not in ran.setdefault(name, []):
                     ran[name].append(value)
@@ -114,7 +109,7 @@ def _good(finished: Sequence[FrozenTrial], context: Mapping[str, Any], study: st
     short is no measurement (`measured`), even where it was recorded as one."""
     requests = (context.get("workload") or {}).get("requests")
     eligible = [t for t in finished if t.state == TrialState.COMPLETE and t.user_attrs.get("feasible") is True
-                and _violation(t) <= 0 and t.values and measured(t.user_attrs, requests)]
+                and violation(t) <= 0 and t.values and measured(t.user_attrs, requests)]
     sign = 1.0 if maximize else -1.0
     ranked: list[FrozenTrial] = []
     seen: set[str] = set()
@@ -165,27 +160,6 @@ class _Dumper(yaml.SafeDumper):
 
     def ignore_aliases(self, data: Any) -> bool:
         return True
-
-
-def export(storage: str, study_name: str | None, out: str, notes: Sequence[str] = ()) -> Path | None:
-    """`knowledge export`: the study's lessons to `out` (.json: JSON, else YAML; '-': stdout), whole or not at all.
-    The first line on stderr names the study and the file, then each entry as it reads."""
-    study = load_study(storage, study_name)
-    knowledge = knowledge_of_study(study)
-    fmt = "json" if out.endswith(".json") else "yaml"
-    command = shlex.join(["python", "-m", "tuner", "knowledge", "export", "--storage", redact_url(storage),
-                          "--study", study.study_name, "--out", out])
-    text = render(knowledge, fmt, command)
-    path = None if out == "-" else Path(out)
-    if path is not None:
-        write_atomically(path, text)
-    count = len(knowledge.lessons)
-    print(f"study '{study.study_name}' ({redact_url(storage)}): {count} entr{'y' if count == 1 else 'ies'} "
-          f"written to {path or 'stdout'}", *(f"  {lesson.reads()}" for lesson in knowledge.lessons), *notes,
-          sep="\n", file=sys.stderr, flush=True)
-    if path is None:
-        sys.stdout.write(text)
-    return path
 
 
 def read_knowledge(path: str | Path) -> Knowledge:
@@ -250,7 +224,7 @@ def _lesson(entry: Any, where: str) -> Lesson:
                              "flashinfer}")
     for name, value in values.items():
         if isinstance(value, Mapping):
-            if len(value) != 1 or next(iter(value)) not in (AT_LEAST, AT_MOST) or not _is_number(
+            if len(value) != 1 or next(iter(value)) not in (AT_LEAST, AT_MOST) or not is_number(
                     next(iter(value.values()))):
                 raise KnowledgeError(f"{where}.values.{name}: a range is {{{AT_LEAST}: N}} or {{{AT_MOST}: N}}",
                                      f"write e.g. {name}: {{{AT_LEAST}: 96}}")
@@ -278,7 +252,7 @@ def _lesson(entry: Any, where: str) -> Lesson:
     if not (isinstance(count, int) and not isinstance(count, bool) and count >= 1):
         raise KnowledgeError(f"{where}.count must be a whole number of trials (1 or more), got {count!r}",
                              "write e.g. count: 2")
-    if not (_is_number(blame) and 0 < blame <= count and math.isfinite(blame)):
+    if not (is_number(blame) and 0 < blame <= count and math.isfinite(blame)):
         raise KnowledgeError(f"{where}.blame must be a number in (0, count], got {blame!r}",
                              "write e.g. blame: 1.0, or leave it out")
     trials = entry.get("trials", [])

@@ -1,11 +1,11 @@
 """What a study's failures blame: one analysis for every screen that explains them.
 
-`tuner show` (and the report) lists the values each failure kind blames; `knowledge export` writes the ones that carry
-to later studies. Both take them from `blame_failures`, so they tell one story. The blame is the sampler's own
-(tuner/search/_tpe.py, `Shown.blames`), not a correlation computed for display: it is what the search avoids from
-then on and what a later study is told, so a screen that explained failures otherwise would explain a search that
-did not happen. (A value frequent among failures may also have run fine elsewhere; the sampler does not blame it,
-and neither does a screen.)
+`tuner show` (and the report) lists the values each failure kind blames; `knowledge export` writes the ones that
+carry to later studies. Both take them from `blame_failures`, so they tell one story. The blame is the sampler's
+own (tuner/search/_blame.py, `Shown.blames`, which `RunOdds` in tuner/search/_tpe.py learns from), not a
+correlation computed for display: it is what the search avoids from then on and what a later study is told, so a
+screen that explained failures otherwise would explain a search that did not happen. (A value frequent among
+failures may also have run fine elsewhere; the sampler does not blame it, and neither does a screen.)
 
 A lesson is a suspect that explains some failures: a value that never ran (`attention-backend: nsa`), an ordered
 value beyond every one that ran (`cuda-graph-max-bs: {at-least: 96}`), or a pair (a choice with an ordered value
@@ -26,7 +26,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from .._failures import KERNEL, MEMORY, FailureKind, carries_trial, failed_capturing
 from ._context import ENGINE_NAMES
-from ._tpe import AT, UP, Blame, Shown, _captures_graphs, _violation
+from ._blame import AT, UP, Blame, Shown, captures_graphs, is_number, violation
 
 AT_LEAST, AT_MOST = "at-least", "at-most"
 # Failed trials that must point at a lesson alone (no other suspect in them) before it reads as a fact: one
@@ -80,7 +80,7 @@ class Lesson:
 
     def matches(self, params: Mapping[str, Any]) -> bool:
         """Whether a configuration has these values (and, for a capture lesson, captures CUDA graphs)."""
-        if self.capture and not _captures_graphs(params):
+        if self.capture and not captures_graphs(params):
             return False
         return all(name in params and _within(params[name], want) for name, want in self.values.items())
 
@@ -162,7 +162,7 @@ def blame_failures(trials: Sequence[FrozenTrial], context: Mapping[str, Any] | N
     # than of the flags, must not decide which value a kernel's lesson names, nor what a later study is told.
     carried = [f for f in failures if carries_trial(f[0].user_attrs) is not None]
     rest = [f for f in failures if carries_trial(f[0].user_attrs) is None]
-    ran = [t for t in finished if _violation(t) <= 0 and t.user_attrs.get("failure_kind") != FailureKind.INVALID_CONFIG]
+    ran = [t for t in finished if violation(t) <= 0 and t.user_attrs.get("failure_kind") != FailureKind.INVALID_CONFIG]
     lessons = [_with_runs(Lesson(e["values"], e["kind"], dict(context or {}), e["count"], e["blame"], e["evidence"],
                                  study, tuple(e["trials"]), e["capture"]), ran)
                for e in [*_cover(carried), *_cover(rest)]]
@@ -213,7 +213,7 @@ def _suspects(finished: Sequence[FrozenTrial]
     capture_failed = [failed_capturing(t.user_attrs) for t in finished]
     general = Shown.of([t for t, failed in zip(finished, capture_failed) if not failed])
     capture = Shown.of([t for t, failed in zip(finished, capture_failed)
-                        if failed or (_violation(t) <= 0 and _captures_graphs(t.params))])
+                        if failed or (violation(t) <= 0 and captures_graphs(t.params))])
     failures, unexplained = [], []
     for shown, is_capture in ((general, False), (capture, True)):
         for t in shown.failed:
@@ -265,7 +265,7 @@ def _evidence(t: FrozenTrial) -> str:
 
 def _within(value: Any, want: Any) -> bool:
     if isinstance(want, Mapping):
-        if not _is_number(value):
+        if not is_number(value):
             return False
         bound = want.get(AT_LEAST, want.get(AT_MOST))
         return value >= bound if AT_LEAST in want else value <= bound
@@ -281,7 +281,3 @@ def _value_text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -43,8 +43,8 @@ from optuna.trial import FrozenTrial
 
 from .._failures import KERNEL, MEMORY, FailureKind
 from ..spec import Param, Space
+from ._blame import is_number, violation
 from ._knowledge import AT_LEAST, AT_MOST, GoodConfig, Knowledge, Lesson
-from ._tpe import _is_number, _violation
 
 KERNEL_WEIGHT = 20.0  # failed trials of this study that one kernel failure on the same GPU and version counts as
 MEMORY_WEIGHT = 20.0  # and one out-of-memory failure, its bounds moved to this model and GPUs
@@ -148,7 +148,7 @@ class Prior:
 
 def _ran_here(finished: Sequence[FrozenTrial]) -> list[FrozenTrial]:
     """This study's trials that ran and passed the gate (an invalid configuration never ran)."""
-    return [t for t in finished if _violation(t) <= 0
+    return [t for t in finished if violation(t) <= 0
             and t.user_attrs.get("failure_kind") != FailureKind.INVALID_CONFIG]
 
 
@@ -279,7 +279,7 @@ def weight_lesson(space: Space, context: Mapping[str, Any]) -> Lesson | None:
     # Pipeline stages split the weights too: a size alone no longer says how much each GPU holds.
     if heavy is None or name is None or any(n in space.params for n in PP_FLAGS):
         return None
-    short = [v for v in space.params[name].grid() if _is_number(v) and heavy / v > HOLDS]
+    short = [v for v in space.params[name].grid() if is_number(v) and heavy / v > HOLDS]
     if not short:
         return None
     return Lesson({name: {AT_MOST: max(short)}}, FailureKind.OOM, dict(context),
@@ -335,7 +335,7 @@ def scale_memory(lesson: Lesson, target: Mapping[str, Any]) -> Lesson:
     values: dict[str, Any] = {}
     for name, want in lesson.values.items():
         side, bound = next(iter(want.items())) if isinstance(want, Mapping) else (None, want)
-        if not _is_number(bound):
+        if not is_number(bound):
             values[name] = want
         elif name in TP_FLAGS and side != AT_LEAST:
             values[name] = {AT_MOST: _bound(bound * heavy / their_heavy)}

@@ -292,6 +292,8 @@ class Worker:
         judged = self._before_launch(trial, values, config)
         if judged is not None:
             return self._finish(trial, judged, {"baseline": bool(trial.user_attrs.get("baseline"))})
+        if not self.servers_launched:  # its start-up pays this machine's first-use compiles (_startup.Startup.warm)
+            trial.set_user_attr("first_start", True)
         self.servers_launched += 1
         try:
             result = self._run(trial, config)
@@ -329,8 +331,11 @@ class Worker:
             return result
         left = None if self.deadline is None else self.deadline - time.monotonic()
         # The first trial of a run always starts: the next run would have no more time for it than this one.
-        if left is not None and self.servers_launched and seconds > left:
-            self._not_started(trial, startup, max(0.0, left))
+        # A neighbour that was its run's first start is no guide to a later one (Startup.warm); with only such
+        # neighbours, the trial starts.
+        warm = startup.warm()
+        if left is not None and self.servers_launched and warm.seconds is not None and warm.seconds > left:
+            self._not_started(trial, warm, max(0.0, left))
         return None
 
     def _not_started(self, trial: optuna.Trial, startup: Startup, left: float) -> None:
