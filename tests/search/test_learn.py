@@ -59,8 +59,13 @@ def test_a_second_glm5_study_skips_the_backends_another_model_on_the_same_gpu_fo
     assert document["ran"]["context"]["engine"]["version"] == "0.5.6" and "model" not in document["ran"]["context"]
     entries = {(e["values"].get("attention-backend"), e["kind"]): e for e in document["entries"]}
     nan = entries["nsa", "nan"]
-    assert nan["reads"] == "`attention-backend: nsa` gives NaN on SM120 with SGLang 0.5.6"
     assert nan["trials"][0] == 1 and nan["count"] == len(nan["trials"]) and nan["study"] == "dsv32"
+    # Its sentence counts its evidence; from one failure it is a suspicion.
+    count, trials = nan["count"], ", ".join(map(str, nan["trials"]))
+    said = "may give NaN" if count == 1 else "gives NaN"
+    assert nan["reads"] == (f"`attention-backend: nsa` {said} on SM120 with SGLang 0.5.6 ({count} failed "
+                            f"trial{'s' if count > 1 else ''}: {trials}; none ran fine with it)")
+    assert nan.get("suspected", False) is (count == 1)
     assert nan["evidence"].startswith("logprob of output token 1 is NaN")
     assert nan["context"]["engine"]["version"] == "0.5.6"
     assert nan["context"]["gpus"]["compute_capability"] == "12.0"
@@ -178,7 +183,8 @@ def test_the_shipped_knowledge_is_used_and_a_lesson_this_study_contradicts_does_
     assert _backends(study) == ["trtllm_mla"] * FIRST
     source, = study.user_attrs["learned"]["sources"]
     assert (source["source"], source["lessons"], source["first"]) == (str(path), lessons, 0)
-    assert "`attention-backend: trtllm_mla` gives NaN on SM120 with SGLang 0.5.6" in source["told"]
+    assert "`attention-backend: trtllm_mla` gives NaN on SM120 with SGLang 0.5.6 (3 failed trials: 2, 3, 4)" in \
+        source["told"]
     assert study.user_attrs["learned"]["default"] is False
 
 

@@ -45,6 +45,17 @@ def test_kernel_failures_carry_to_the_same_gpu_architecture_and_version_whatever
     assert lesson_weight(nan, _with(SM120, engine={"name": "vllm"})) == 0
 
 
+def test_a_suspicion_weighs_what_its_blame_says_as_a_fact_does():
+    """How a lesson reads (a one-trial lesson "may" fail) changes nothing of what a later study is told: its weight
+    is its blame's."""
+    once = Lesson({"attention-backend": "d"}, FailureKind.NAN, SM120, trials=(7,), ran_fine=0)
+    shared = Lesson({"attention-backend": "d"}, FailureKind.NAN, SM120, count=2, blame=1.0, trials=(5, 9), ran_fine=0)
+    fact = Lesson({"attention-backend": "d"}, FailureKind.NAN, SM120, count=3, blame=3.0, trials=(2, 3, 4), ran_fine=0)
+    assert once.suspected and shared.suspected and not fact.suspected
+    assert lesson_weight(once, SM120) == lesson_weight(shared, SM120) == KERNEL_WEIGHT
+    assert lesson_weight(fact, SM120) == min(MAX_WEIGHT, 3 * KERNEL_WEIGHT)
+
+
 def test_memory_failures_carry_to_any_gpu_where_the_model_and_memory_are_known():
     oom = Lesson({"cuda-graph-max-bs": {"at-least": 128}}, FailureKind.OOM, SM120)
     assert lesson_weight(oom, _with(SM120, gpus={"compute_capability": "9.0"})) == MEMORY_WEIGHT
@@ -60,8 +71,8 @@ def test_a_tensor_parallel_size_that_ran_out_of_memory_warns_of_larger_ones_for_
     heavier = scale_memory(oom, SM120)
     assert heavier.values == {"tp-size": {"at-most": 2}} and heavier.scaled_from == {"tp-size": 1}
     assert heavier.matches({"tp-size": 2}) and not heavier.matches({"tp-size": 4})
-    assert heavier.reads() == ("`tp-size: <= 2` runs out of memory here, as `tp-size: 1` did with GLM-5 (372B) on "
-                               "8x 95.6 GB, SGLang 0.5.6")
+    assert heavier.reads() == ("`tp-size: <= 2` may run out of memory here, as `tp-size: 1` did with GLM-5 (372B) on "
+                               "8x 95.6 GB, SGLang 0.5.6 (1 failed trial)")
     # Twice the memory per GPU holds twice the weights: the same sizes as for the lighter model on the smaller GPUs.
     assert scale_memory(oom, _with(SM120, gpus={"memory_gb": 191.2})).values == {"tp-size": {"at-most": 1}}
     lighter = scale_memory(Lesson({"tp-size": {"at-most": 2}}, FailureKind.OOM, SM120), light)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ._context import ATTR as CONTEXT_ATTR, ContextRecorder, describe as describe_context, describe_gpus
 from ._gpus import GpuProbe, MemoryBaseline, check_gpu_ids, parse_gpu_list
+from ._lessons import Blamed, Lesson, blame_failures
 from ._learn import (ATTR as LEARNED_ATTR, Learning, best_context, describe as describe_learning, export_knowledge,
                      gather, line as learn_line, record as record_learning, stored_context, study_exists)
 from ._slots import SlotPool
@@ -15,6 +16,7 @@ from ._worker import (REMEASURE_ATTR, Interrupted, NotStarted, Surplus, TrialBud
                       reference_gap)
 
 __all__ = ["CARRY_MEASURED", "CARRY_PARTS", "DEFAULT_PARTS", "parse_parts", "REMEASURE_ATTR", "reference_gap", "CONTEXT_ATTR", "LEARNED_ATTR", "SAMPLERS", "ContextRecorder", "GpuProbe", "Interrupted", "Learning",
+           "Blamed", "Lesson", "blame_failures",
            "MemoryBaseline", "NotStarted", "SlotPool", "Surplus", "TrialBudget", "WarmStart", "Worker", "best_context",
            "check_gpu_ids", "describe_context", "describe_gpus", "describe_learning", "export_knowledge",
            "fail_trials_of_dead_workers", "gather", "heartbeat_settings", "learn_line", "load_or_create", "load_study", "open_storage",

@@ -1,8 +1,9 @@
 """What a set of finished trials shows: which values ran, and where each failed trial puts its blame.
 
-The sampler learns P(runs | flags) from it (tuner/search/_tpe.py, `RunOdds`), and a study's knowledge keeps the
-suspects it blames as lessons for later studies (tuner/search/_knowledge.py): one set of rules for both, so a
-lesson carried over says what the sampler itself concluded.
+The sampler learns P(runs | flags) from it (tuner/search/_tpe.py, `RunOdds`), and a study's lessons are the
+suspects it blames (tuner/search/_lessons.py), which `tuner show` lists and a study's knowledge keeps for later
+studies (tuner/search/_knowledge.py): one set of rules for all, so a lesson shown or carried over says what the
+sampler itself concluded.
 """
 
 from __future__ import annotations

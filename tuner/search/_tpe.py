@@ -459,7 +459,7 @@ class RunOdds:
     is that of its weakest unordered choice, times that of each ordered value and pair under blame. Trials
     refused for breaking a declared constraint are not failures of any choice.
 
-    The blame rules are tuner/search/_blame.py's (`Shown.blames`), shared with a study's knowledge.
+    The blame rules are tuner/search/_blame.py's (`Shown.blames`), shared with a study's lessons (_lessons.py).
     """
 
     def __init__(self, log_by_choice: dict[tuple[str, Any], float], log_unseen: dict[str, float],
