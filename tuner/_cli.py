@@ -108,13 +108,13 @@ def _parser() -> argparse.ArgumentParser:
                      help="earlier studies to start from: a study of this storage (its name), another storage "
                      "(sqlite:///other.db, or URL#study), or a knowledge file (knowledge export); 'none' starts "
                      "cold (default: the studies of this storage on the same engine and GPU); --carry says what "
-                     "carries: by default crash lessons and untried values, not configurations")
+                     "carries: by default crash lessons only, not configurations")
     run.add_argument("--carry", type=_parts, default=None, metavar="PARTS",
                      help="what to carry from the studies learnt from, joined by commas: "
                      + "; ".join(f"{name}: {what} ({CARRY_MEASURED[name]})"
                                  for name, what in CARRY_PARTS.items())
                      + f". 'all' carries every part (default: {','.join(p for p in CARRY_PARTS if p in DEFAULT_PARTS)}"
-                     ": the parts that never cost a family over 3 restarts; docs/learning.md)")
+                     ": crash lessons only; docs/learning.md)")
     change = run.add_mutually_exclusive_group()
     change.add_argument("--continue", dest="on_space_change", action="store_const", const="continue",
                         default="refuse", help="go on with a study whose space file has changed")

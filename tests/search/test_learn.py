@@ -17,7 +17,7 @@ SHIPPED = REPO / "search_spaces" / "knowledge" / "glm5-nvfp4-sm120.yaml"
 # answers NaN at batch 64, triton garbage (tuner/sim/profiles/glm5-nvfp4-sm120.yaml).
 BROKEN = {"nsa", "flashinfer", "triton"}
 FIRST = 6  # trials of the GLM-5 studies compared
-DEFAULT_CARRY = "carrying crashes, untried (--carry all adds oom, configs, around)"  # the run's first line, by default
+DEFAULT_CARRY = "carrying crashes (--carry all adds oom, untried, configs, around)"  # the run's first line, by default
 
 
 def _other_model_on_the_same_gpu(tuner) -> tuple[str, str]:
@@ -88,7 +88,7 @@ def test_a_second_glm5_study_skips_the_backends_another_model_on_the_same_gpu_fo
     said = warm.stderr.splitlines()[0]
     assert said.startswith("learning from 1 earlier study of this storage on the same engine and GPU: study 'dsv32' "
                            "("), said
-    # By default only what avoids failures carries: the lessons and the values that ran, no configuration.
+    # By default only crash lessons carry: no configuration.
     assert said.endswith(f"lessons); {DEFAULT_CARRY} (--learn-from none starts cold)"), said
     cold_study = optuna.load_study(study_name="glm5-nvfp4-sm120", storage=f"sqlite:///{tuner.folder / 'cold.db'}")
     cold_backends, warm_backends = _backends(cold_study), _backends(tuner.study("glm5-warm"))
@@ -99,7 +99,7 @@ def test_a_second_glm5_study_skips_the_backends_another_model_on_the_same_gpu_fo
     assert "carried from" not in warm.stderr
     learned = warm_study.user_attrs["learned"]
     assert learned["default"] is True and [s["source"] for s in learned["sources"]] == ["study 'dsv32'"]
-    assert learned["carry"] == ["crashes", "untried"] and learned["sources"][0]["first"] == 0
+    assert learned["carry"] == ["crashes"] and learned["sources"][0]["first"] == 0
 
     # Resumed, it learns the same again.
     more = tuner.run("run", "--trials", str(FIRST + 1), "--simulate", "--study", "glm5-warm", env=SIM_FAST)

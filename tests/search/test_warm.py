@@ -216,10 +216,11 @@ def test_a_choice_no_study_on_these_kernels_ran_is_drawn_less_until_this_study_r
     """A backend no earlier study on the same GPU architecture and engine version ran may crash here: it counts
     as UNTRIED_WEIGHT failed trials, fading as lessons do; one that ran there, or here, counts as nothing."""
     source = Knowledge("study 'near'", context=SM120, ran={"attention-backend": ("a", "b")})
-    prior = warm_start([source], SPEC.space, SM120).prior
+    prior = warm_start([source], SPEC.space, SM120, EVERY_PART).prior
     assert prior.ran == {"attention-backend": frozenset({"a", "b"})}
+    assert warm_start([source], SPEC.space, SM120).prior.ran == {}  # by default (crash lessons only): not carried
     other_version = _with(SM120, engine={"version": "0.5.23"})
-    assert warm_start([source], SPEC.space, other_version).prior.ran == {}  # other kernels: nothing said
+    assert warm_start([source], SPEC.space, other_version, EVERY_PART).prior.ran == {}  # other kernels: nothing said
 
     class Own:
         def log_run(self, params, space):
