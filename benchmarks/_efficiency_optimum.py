@@ -108,7 +108,8 @@ def search_optimum(problem: Problem, starts: int, exhaustive: bool) -> Optimum:
 def _digest(problem: Problem) -> str:
     h = hashlib.sha256(f"{OPTIMUM_METHOD} intermittent={problem.intermittent}".encode())
     for path in [problem.profile_path, problem.space_path, _efficiency_problems.REPO / "tuner" / "spec" / "_space.py",
-                 *sorted((_efficiency_problems.REPO / "tuner" / "sim").glob("*.py"))]:
+                 *sorted((_efficiency_problems.REPO / "tuner" / "sim").glob("*.py")),
+                 *sorted((_efficiency_problems.REPO / "tuner" / "flags").glob("*.py"))]:  # the simulator's parser
         h.update(path.read_bytes())
     return h.hexdigest()[:16]
 

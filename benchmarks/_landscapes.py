@@ -494,7 +494,7 @@ def _evaluator(profile: dict[str, Any], space: dict[str, Any]) -> tuple[Any, Any
 @functools.cache
 def _help_flags() -> Any:
     from tuner.versions._check import parse_help
-    from tuner.sim._args import build_parser
+    from tuner.flags import build_parser
     return parse_help(build_parser(SGLANG_VERSION).format_help())
 
 

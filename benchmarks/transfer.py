@@ -31,11 +31,15 @@ measured. A target run that is not a source for others stops once it has reached
 what comes later changes none of its figures. "crash/NaN in first 10" is the share of servers launched in
 trials 1-10 that crashed, hung, ran out of memory or answered NaN/garbage/drifting logprobs, over all runs.
 
-Targets (issue 36), judged on the medians over every (family, target model, seed):
-- restarts to 98%, warm from one study <= 1/2 of cold;
-- crash/NaN share in the first 10 trials, warm from one study <= 1/3 of cold's;
+Targets (issue 47), judged on the medians over every (family, target model, seed):
+- restarts to 98%, warm from one study <= cold's;
+- on no family, warm from one study more than 3 restarts above cold (medians per family);
+- crash/NaN share in the first 10 trials, warm from one study <= 1/2 of cold's;
 - negative transfer no worse than cold on the same targets by more than 10%, each kind (other GPU, other
   version) judged on its own.
+
+`--carry` picks what the warm rows carry (run --carry's parts; default: the shipped default); `--split` adds warm
+from 1 with each part alone, and with all, against cold on the same targets: the per-part table of docs/learning.md.
 
 It also prints the ceiling of `warm from 1` (`carried_share`): on how many targets the next model's optimum itself,
 carried as a study's best is carried, reaches 98% of the target's optimum; a search goes on from there.

@@ -202,8 +202,8 @@ class Program:
 
 
 def _sglang_options(root: Path) -> str | None:
-    """SGLang's launch_server options, from the parser tables the simulator ships (every version's)."""
-    tables = sorted((root / "tuner" / "sim" / "flags").glob("sglang-*.json"))
+    """SGLang's launch_server options, from the parser tables the tuner ships (every version's)."""
+    tables = sorted((root / "tuner" / "flags").glob("sglang-*.json"))
     if not tables:
         return None
     return "\n".join(option for table in tables for action in json.loads(table.read_text())["actions"]

@@ -1,9 +1,10 @@
-"""Write SGLang's own command-line table to tuner/sim/flags/sglang-<version>.json, for the simulator.
+"""Write SGLang's own command-line table to tuner/flags/sglang-<version>.json, read by the engines and the
+simulator.
 
 Run it with the reference environment's interpreter (scripts/setup_sglang_ref.sh makes it):
 
-    .venv-sglang/bin/python scripts/gen_sim_flags.py             # 0.5.23 -> tuner/sim/flags/sglang-0.5.23.json
-    .venv-sglang056/bin/python scripts/gen_sim_flags.py          # 0.5.6  -> tuner/sim/flags/sglang-0.5.6.json
+    .venv-sglang/bin/python scripts/gen_sim_flags.py             # 0.5.23 -> tuner/flags/sglang-0.5.23.json
+    .venv-sglang056/bin/python scripts/gen_sim_flags.py          # 0.5.6  -> tuner/flags/sglang-0.5.6.json
     .venv-sglang/bin/python scripts/gen_sim_flags.py --stdout    # print instead of writing
     .venv-sglang/bin/python scripts/gen_sim_flags.py --check     # exit 1 when the data file is stale
 
@@ -46,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-FLAGS_DIR = REPO / "tuner" / "sim" / "flags"
+FLAGS_DIR = REPO / "tuner" / "flags"
 
 _BUILTIN_ACTIONS = {
     argparse._StoreAction: "store", argparse._StoreConstAction: "store_const",
@@ -251,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--stdout", action="store_true", help="print the table instead of writing it")
     mode.add_argument("--check", action="store_true", help="exit 1 when the data file differs from a fresh dump")
-    ap.add_argument("--out", type=Path, help="where to write (default: tuner/sim/flags/sglang-<version>.json)")
+    ap.add_argument("--out", type=Path, help="where to write (default: tuner/flags/sglang-<version>.json)")
     args = ap.parse_args(argv)
     version, text = generate()
     out = args.out or FLAGS_DIR / f"sglang-{version}.json"

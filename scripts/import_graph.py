@@ -1,10 +1,13 @@
-"""The tuner's package-level import graph, drawn from the source; exits 1 on a circle or on a reach into another
-package's private module.
+"""The tuner's package-level import graph, drawn from the source; exits 1 on a circle (between packages, or
+between the modules of one package), on a reach into another package's private module, or on an import a
+stated rule forbids (RULES: no engine imports the simulator).
 
     python scripts/import_graph.py [PACKAGE_DIR]    # default: the repository's tuner/
 
 A node is a subpackage (tuner/trial/ and all it holds) or a module at the top (tuner/_cli.py). Every import
 counts, those inside functions and under TYPE_CHECKING too: a lazy import still ties two packages together.
+Inside each package its modules are drawn alike (a subpackage of it is one node), and may not import in a
+circle either: a lazy import that hides one still makes the two modules one piece.
 A module may import the private modules (`_name`) of its own package and of the packages above it (tuner/_errors.py
 is everyone's); any other package it reaches through that package's `__init__`.
 """
@@ -18,6 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_ROOT = Path(__file__).resolve().parent.parent / "tuner"
+
+# (importing package, imported package, the rule), as names below the root. The engines say what differs between
+# the servers the tuner launches; the simulator is one more such server, built on the same facts (tuner/flags/).
+RULES = [("engines", "sim", "no engine imports the simulator")]
 
 
 @dataclass(frozen=True)
@@ -67,9 +74,15 @@ def imports(module: Module, known: dict[str, Module]) -> list[Import]:
     return found
 
 
-def node_of(name: str) -> str:
-    """tuner.trial._gate -> tuner.trial; tuner._cli -> tuner._cli; tuner -> tuner."""
-    return ".".join(name.split(".")[:2])
+def node_of(name: str, package: str | None = None) -> str:
+    """The node that holds `name` in the graph of `package` (default: the root's):
+    tuner.trial._gate -> tuner.trial; tuner._cli -> tuner._cli; tuner -> tuner; in tuner.trial's, tuner.trial._gate."""
+    depth = package.count(".") + 2 if package else 2
+    return ".".join(name.split(".")[:depth])
+
+
+def within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
 
 
 def private_reach(imp: Import, known: dict[str, Module]) -> bool:
@@ -118,14 +131,28 @@ def short(name: str) -> str:
     return last if last.startswith("__") else last.removeprefix("_")
 
 
+def graph_of(package: str, known: dict[str, Module], found: list[Import]) -> dict[str, set[str]]:
+    """The nodes of `package` (its modules, each subpackage as one) and who imports whom among them."""
+    edges: dict[str, set[str]] = {node_of(name, package): set() for name in known if within(name, package)}
+    for imp in found:
+        if within(imp.importer, package) and within(imp.target, package):
+            importer, target = node_of(imp.importer, package), node_of(imp.target, package)
+            if importer != target:
+                edges[importer].add(target)
+    return edges
+
+
+def broken_rules(found: list[Import], known: dict[str, Module], root: Path) -> list[str]:
+    return [f"{known[i.importer].path.relative_to(root.parent)}:{i.line}: imports {i.target}; {rule}"
+            for importer, target, rule in RULES for i in found
+            if within(i.importer, f"{root.name}.{importer}") and within(i.target, f"{root.name}.{target}")]
+
+
 def main(argv: list[str]) -> int:
     root = Path(argv[0]).resolve() if argv else DEFAULT_ROOT
     known = modules(root)
     found = [imp for m in known.values() for imp in imports(m, known)]
-    edges: dict[str, set[str]] = {node_of(name): set() for name in known}
-    for imp in found:
-        if node_of(imp.importer) != node_of(imp.target):
-            edges[node_of(imp.importer)].add(node_of(imp.target))
+    edges = graph_of(root.name, known, found)
 
     # Packages first, then the modules at the top; one line each: what it is, what it holds, what it imports.
     for node in sorted(edges, key=lambda n: (not known[n].is_package, n)):
@@ -139,8 +166,11 @@ def main(argv: list[str]) -> int:
     problems = [f"{known[i.importer].path.relative_to(root.parent)}:{i.line}: imports {i.target}, a private module "
                 f"of another package; import it from {i.target.rpartition('.')[0]}'s __init__"
                 for i in found if private_reach(i, known)]
-    if circle := find_circle(edges):
-        problems.append("import circle: " + " -> ".join(circle))
+    problems += broken_rules(found, known, root)
+    # The root's graph (its packages and top modules) first, then each package's own, outermost first.
+    for package in sorted((m.name for m in known.values() if m.is_package), key=lambda n: (n.count("."), n)):
+        if circle := find_circle(edges if package == root.name else graph_of(package, known, found)):
+            problems.append("import circle: " + " -> ".join(circle))
     for problem in problems:
         print(problem, file=sys.stderr)
     return 1 if problems else 0

@@ -15,7 +15,7 @@ import _landscapes as gen  # noqa: E402
 from tuner.versions._check import check_flags, parse_help  # noqa: E402
 from tuner.spec._spec import load_spec  # noqa: E402
 from tuner.engines._base import flag_argv  # noqa: E402
-from tuner.sim._args import build_parser  # noqa: E402
+from tuner.flags import build_parser  # noqa: E402
 from tuner.sim._predict import predict  # noqa: E402
 from tuner.sim._profile import load_profile  # noqa: E402
 

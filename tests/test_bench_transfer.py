@@ -11,6 +11,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "benchmarks" / "transfer.py"
 CELL = re.compile(r"(>?\d+(?:\.\d+)?|-) \((\d+)/(\d+)\)")
+FAMILY = re.compile(r"^  on no family more than (\d+) restarts above cold \(warm from 1\): worst ([+-][\d.]+) \(fam\d+\) "
+                    r"-> (met|MISSED)$", re.M)
 TARGET = re.compile(r"<= ([\d.]+|1/3) x cold: ([>\d.]+)%? vs ([>\d.]+)%? = ([\d.]+|inf) -> (met|MISSED)")
 
 
@@ -46,16 +48,19 @@ def test_quick_mode_prints_consistent_tables_and_verdicts() -> None:
     assert rows["other GPU"].split()[2] == "1"  # one warm run from another GPU, judged against its cold run
 
     targets = TARGET.findall(out)
+    family = FAMILY.findall(out)
     judged = len(re.findall(r"^  \S.* -> (?:met|MISSED)$", out, re.M))
-    assert len(targets) == judged >= 3, out  # warm from 1 twice, then each kind of negative transfer that ran
+    assert len(family) == 1 and len(targets) + 1 == judged >= 4, out  # warm from 1 thrice, then negative transfer
+    (slack, gap, verdict), = family
+    assert (verdict == "met") == (float(gap) <= int(slack)), family
     for limit, warm, cold, ratio, verdict in targets:
         limit = 1 / 3 if limit == "1/3" else float(limit)
         if _number(cold) > 0:
             assert abs(_number(warm) / _number(cold) - float(ratio)) < 0.01 + 0.01 * float(ratio), (warm, cold, ratio)
         assert (verdict == "met") == (float(ratio) <= limit + 1e-9 or _number(warm) <= limit * _number(cold)), \
             (limit, warm, cold, ratio, verdict)
-    met = sum(t[-1] == "met" for t in targets)
-    assert f"verdict: {met}/{len(targets)} targets met" in out
+    met = sum(t[-1] == "met" for t in [*targets, *family])
+    assert f"verdict: {met}/{judged} targets met" in out
 
 
 def test_a_bad_family_range_is_one_line_naming_the_fix() -> None:

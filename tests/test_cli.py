@@ -172,3 +172,62 @@ def test_runs_last_table_says_where_each_trial_differs_from_the_winner(tuner):
     done = tuner.run("run", "--trials", "4", "--space", str(space), "--simulate", "instant", env={"COLUMNS": "90"})
     table = done.stderr.split(f"differs from trial {best.number}\n", 1)[1].split("\nnext:", 1)[0]
     assert all(len(line) <= 90 for line in table.splitlines()), table
+
+
+def _recording_python(folder):
+    """A python that notes each start (its arguments, one line) in used.log, then execs this one: as the python
+    of another environment would be, with the same packages."""
+    log = folder / "used.log"
+    wrapper = folder / "env" / "bin" / "python"
+    wrapper.parent.mkdir(parents=True)
+    wrapper.write_text(f"#!/bin/sh\necho \"$*\" >> {shlex.quote(str(log))}\nexec {shlex.quote(sys.executable)} \"$@\"\n")
+    wrapper.chmod(0o755)
+    return wrapper, log
+
+
+def test_server_python_runs_the_server_from_another_environment_and_confirm_reuses_it(tuner):
+    """SGLang in another venv meant editing server.command in the space. --server-python names that python for
+    check, run and confirm; run records it for confirm (and export) to launch the same server."""
+    wrapper, log = _recording_python(tuner.folder)
+    space = str(tuner.space(instant_space("other-env")))
+    done = tuner.run("check", "--space", space, "--simulate", "instant", "--server-python", str(wrapper))
+    assert done.returncode == 0 and f"'{wrapper} -m tuner.sim --help'" in done.stdout, done.stdout + done.stderr
+    assert "-m tuner.sim --help" in log.read_text()
+
+    done = tuner.run("run", "--trials", "1", "--space", space, "--simulate", "instant",
+                     "--server-python", str(wrapper))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert tuner.study("other-env").user_attrs["server_command"] == [str(wrapper), "-m", "tuner.sim"]
+    launches = [line for line in log.read_text().splitlines() if line.startswith("-m tuner.sim --model-path")]
+    assert len(launches) == 1, log.read_text()
+
+    done = tuner.run("confirm", "--trials", "0", "--repeats", "1", "--server-python", "nope/bin/python")
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [f"error: {NO_PYTHON}"], done.stderr
+    assert "confirmations" not in tuner.study("other-env").user_attrs
+    done = tuner.run("confirm", "--trials", "0", "--repeats", "1")  # the recorded python, without the option
+    assert done.returncode == 0, done.stderr[-3000:]
+    launches = [line for line in log.read_text().splitlines() if line.startswith("-m tuner.sim --model-path")]
+    assert len(launches) == 2, log.read_text()
+
+
+NO_PYTHON = ("--server-python nope/bin/python does not exist; pass the python of the environment that has SGLang, "
+             "e.g. --server-python /opt/sglang/bin/python")
+
+
+@pytest.mark.parametrize("command", [("run", "--trials", "1"), ("check",)])
+def test_a_server_python_that_does_not_exist_is_refused_in_one_line_and_nothing_is_written(tuner, command):
+    space = str(tuner.space(instant_space("no-python")))
+    before = sorted(p.name for p in tuner.folder.iterdir())
+    done = tuner.run(*command, "--space", space, "--simulate", "instant", "--server-python", "nope/bin/python")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [f"error: {NO_PYTHON}"], done.stderr
+    assert done.stdout == "" and sorted(p.name for p in tuner.folder.iterdir()) == before
+
+
+def test_server_python_refuses_a_server_command_that_is_no_python_module(tuner):
+    space = tuner.space(instant_space("script", server="  command: [bash, serve.sh]\n"))
+    done = tuner.run("check", "--space", str(space), "--server-python", sys.executable)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "error: --server-python replaces the python of a 'PYTHON -m MODULE' server command; this one is "
+        "'bash serve.sh'; drop --server-python and set server.command in the space file"], done.stderr

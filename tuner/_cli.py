@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from ._errors import TunerError, UsageError
 from .results import DEFAULT_STORAGE, Target, choose
-from .search import CARRY_PARTS, DEFAULT_PARTS, SAMPLERS, parse_parts
+from .search import CARRY_MEASURED, CARRY_PARTS, DEFAULT_PARTS, SAMPLERS, parse_parts
 from .versions import AUTO, DEFAULT_PROFILE
 
 # --help's order of the commands: as a user meets them.
@@ -78,6 +78,13 @@ def _parser() -> argparse.ArgumentParser:
                        "profile (a name or a file); without one: the profile the space names (sim-profile:), "
                        "else the one named like the space, else one of the space's SGLang version; "
                        f"without --space: {DEFAULT_PROFILE} and its space")
+        server_python_arg(p)
+
+    def server_python_arg(p: argparse.ArgumentParser, recorded: str = "") -> None:
+        p.add_argument("--server-python", default=None, metavar="PATH",
+                       help="the python that runs the server's -m MODULE, e.g. SGLang's in another venv or conda "
+                       "env: it replaces the first word of server.command (with --simulate, the python of "
+                       "tuner.sim)" + recorded)
 
     run = sub.add_parser("run", help="run (or continue) a study")
     run.add_argument("--trials", type=int, required=True, help="total trials the study should have (a study "
@@ -100,11 +107,14 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--learn-from", nargs="+", default=None, metavar="SOURCE",
                      help="earlier studies to start from: a study of this storage (its name), another storage "
                      "(sqlite:///other.db, or URL#study), or a knowledge file (knowledge export); 'none' starts "
-                     "cold (default: the studies of this storage on the same engine and GPU)")
+                     "cold (default: the studies of this storage on the same engine and GPU); --carry says what "
+                     "carries: by default crash lessons only, not configurations")
     run.add_argument("--carry", type=_parts, default=None, metavar="PARTS",
                      help="what to carry from the studies learnt from, joined by commas: "
-                     + "; ".join(f"{name}: {what}" for name, what in CARRY_PARTS.items())
-                     + f". 'all' carries every part (default: {','.join(p for p in CARRY_PARTS if p in DEFAULT_PARTS)})")
+                     + "; ".join(f"{name}: {what} ({CARRY_MEASURED[name]})"
+                                 for name, what in CARRY_PARTS.items())
+                     + f". 'all' carries every part (default: {','.join(p for p in CARRY_PARTS if p in DEFAULT_PARTS)}"
+                     ": crash lessons only; docs/learning.md)")
     change = run.add_mutually_exclusive_group()
     change.add_argument("--continue", dest="on_space_change", action="store_const", const="continue",
                         default="refuse", help="go on with a study whose space file has changed")
@@ -133,6 +143,7 @@ def _parser() -> argparse.ArgumentParser:
     confirm.add_argument("--trials", type=_numbers, default=(), metavar="N,M",
                          help="re-measure these trials instead of the top ones, e.g. the winner and the baseline: 6,0")
     confirm.add_argument("--workdir", default="runs", help="where their server logs go (default: %(default)s)")
+    server_python_arg(confirm, " (default: the one the study's run used)")
 
     dashboard = sub.add_parser("dashboard", help="start optuna-dashboard on the storage, with the server logs")
     read_storage_args(dashboard)
@@ -261,6 +272,10 @@ def _main(argv: Sequence[str] | None) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    if getattr(args, "server_python", None) is not None:
+        from ._server_python import resolve_python
+
+        resolve_python(args.server_python)  # a wrong path is said alone, before any study is opened or named
     if args.command in READERS:
         target = choose(args.command, args.storage, getattr(args, "study", None), getattr(args, "workdir", "runs"))
         return _read(args, target)
@@ -278,12 +293,12 @@ def _dispatch(args: argparse.Namespace) -> int:
                        workdir=args.workdir, timeout=args.timeout, on_space_change=args.on_space_change,
                        api_key_env=args.api_key_env, gpus=args.gpus, parallel=args.parallel,
                        learn_from=tuple(args.learn_from) if args.learn_from is not None else None,
-                       carry=args.carry))
+                       carry=args.carry, server_python=args.server_python))
         return 0
     if args.command == "check":
         from ._run import check
 
-        return 2 if check(args.space, args.simulate, args.model).errors else 0
+        return 2 if check(args.space, args.simulate, args.model, server_python=args.server_python).errors else 0
     if args.command == "twin":
         from .twin import FitOptions, fit_command
 
@@ -327,7 +342,8 @@ def _read(args: argparse.Namespace, target: Target) -> int:
     if args.command == "confirm":
         from .results import confirm
 
-        confirm(target.storage, target.study, args.top, args.repeats, args.workdir, trials=args.trials)
+        confirm(target.storage, target.study, args.top, args.repeats, args.workdir, trials=args.trials,
+                server_python=args.server_python)
         return 0
     from .results import serve
 

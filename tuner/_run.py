@@ -18,6 +18,7 @@ from optuna.trial import TrialState
 
 from ._errors import Stopped, UsageError
 from ._redact import Redactor, redact_env, redact_url
+from ._server_python import resolve_python, with_python
 from .engines import get_engine
 from .results import Progress, summary, target_args, write_last_run
 from .search import (REMEASURE_ATTR, ContextRecorder, GpuProbe, Interrupted, Learning, MemoryBaseline, NotStarted, SlotPool, Surplus,
@@ -55,6 +56,7 @@ class RunOptions:
     parallel: int | None = None  # trials at once (default: as many as the GPUs allow)
     learn_from: tuple[str, ...] | None = None  # None: the studies of the storage on the same engine and GPU
     carry: frozenset[str] | None = None  # what a warm start carries (tuner/search/_warm.py PARTS); None: the default
+    server_python: str | None = None  # the Python that runs the server's -m MODULE (tuner/_server_python.py)
 
 
 @dataclass(frozen=True)
@@ -93,11 +95,13 @@ def resolve_space_path(space: str | None, simulate: str | None) -> Path:
 
 
 def prepare(space: str | None, simulate: str | None, model: str | None, strict: bool = True,
-            ask_version: bool = False) -> Prepared:
+            ask_version: bool = False, server_python: str | None = None) -> Prepared:
     """Load the space and check it against the server that will be launched; no storage is touched.
     `simulate`: None for the real server, else a profile name or file, or AUTO (the space's profile).
+    `server_python`: the Python that runs the server's `-m MODULE` instead of the command's own (--server-python).
     The server's version is asked (a second start of its Python) with `ask_version`, and where it matters: the
     space declares one, or a flag failed (the cause may be the version)."""
+    python = resolve_python(server_python)  # first: a wrong path is said before anything is read or started
     space_path = resolve_space_path(space, simulate)
     spec = load_spec(space_path)
     # Servers run inside their trial folder: relative paths must mean what they meant here.
@@ -117,6 +121,7 @@ def prepare(space: str | None, simulate: str | None, model: str | None, strict: 
         command = spec.server.command or engine.default_command
         if "/" in command[0]:
             command = (os.path.abspath(os.path.expanduser(command[0])), *command[1:])
+    command = with_python(command, python)
     help_flags = parse_help(server_help(command, env))
     if simulate is None:
         _check_model_path(spec.server.model_path)  # after the server command: a missing engine is said first
@@ -165,7 +170,7 @@ def _check_model_path(path: str) -> None:
 def run(options: RunOptions, stream=sys.stderr) -> optuna.Study:
     if options.trials < 1:
         raise UsageError(f"--trials must be at least 1, got {options.trials}", "pass --trials 40, say")
-    prepared = prepare(options.space, options.simulate, options.model)
+    prepared = prepare(options.space, options.simulate, options.model, server_python=options.server_python)
     spec = prepared.spec
     progress = Progress(spec, stream)
     if prepared.profile_note:
@@ -472,9 +477,10 @@ def _fewest_gpus(spec: Spec, engine) -> int:
     return min(needs) if needs else 1
 
 
-def check(space: str | None, simulate: str | None, model: str | None, stream=sys.stdout) -> CheckReport:
+def check(space: str | None, simulate: str | None, model: str | None, stream=sys.stdout,
+          server_python: str | None = None) -> CheckReport:
     """Print every warning and error once (on `stream`) and the verdict; the caller exits 2 on errors."""
-    prepared = prepare(space, simulate, model, strict=False, ask_version=True)
+    prepared = prepare(space, simulate, model, strict=False, ask_version=True, server_python=server_python)
     if prepared.profile_note and not prepared.report.errors:  # a wrong flag is the space's, whatever the profile
         print(f"note: {prepared.profile_note}", file=stream)
     for w in prepared.report.warnings:

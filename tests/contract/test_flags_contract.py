@@ -1,4 +1,5 @@
-"""The simulator's command line against SGLang's own parser and --config merger.
+"""SGLang's command line as tuner/flags/ rebuilds it (the simulator parses with it) against SGLang's own parser and
+--config merger.
 
 Needs the reference environments of scripts/setup_sglang_ref.sh (.venv-sglang: 0.5.23, .venv-sglang0517: 0.5.17,
 .venv-sglang056: 0.5.6);
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tuner.engines import SGLang
-from tuner.sim._args import build_parser, merge_config
+from tuner.flags import build_parser, merge_config
 
 REPO = Path(__file__).resolve().parents[2]
 VENVS = {"0.5.23": REPO / ".venv-sglang", "0.5.17": REPO / ".venv-sglang0517", "0.5.6": REPO / ".venv-sglang056"}
@@ -192,7 +193,7 @@ def test_help_text_equals_real_help(ref, monkeypatch):
 # (b) the data file is what SGLang's parser gives today
 def test_data_file_is_fresh(ref):
     version = ref["version"]
-    path = REPO / "tuner" / "sim" / "flags" / f"sglang-{version}.json"
+    path = REPO / "tuner" / "flags" / f"sglang-{version}.json"
     assert path.read_text() == ref["fresh"], (
         f"{path.relative_to(REPO)} is stale against the installed SGLang {version}; regenerate it with: "
         f"{REGEN[version]}")

@@ -29,7 +29,7 @@ import yaml
 from optuna.trial import TrialState
 
 from conftest import FAULT_SPACE, REPO, Tuner, instant_space
-from tuner.sim._args import build_parser
+from tuner.flags import build_parser
 
 SGLANG = "0.5.23"
 WHEELS = REPO / ".cache" / "wheels"

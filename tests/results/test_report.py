@@ -11,7 +11,7 @@ import pytest
 
 from conftest import FAULT_SPACE, Tuner
 from tuner.results._show import failure_breakdown
-from tuner.sim._args import build_parser
+from tuner.flags import build_parser
 
 PNG = b"\x89PNG\r\n\x1a\n"
 IMAGES = ("history.png", "pareto.png", "importance.png", "stages.png", "failures.png")

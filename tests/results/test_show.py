@@ -54,15 +54,50 @@ def study(tmp_path_factory):
         t.end_leftovers()
 
 
-def test_failures_are_attributed_to_what_sets_them_apart(study):
+def test_failures_are_attributed_to_what_the_search_blames(study):
     crashed = [t for t in study.study("cause").get_trials() if t.user_attrs.get("failure_kind") == "crash_on_start"]
     assert sorted(t.number for t in crashed) == [2, 4, 6]
     out = study.run("show", env={"COLUMNS": "200"}).stdout
-    assert "\nfailures, and the values that set each kind apart:\n  crash_on_start: 3 trial(s); most telling" in out
-    line, = [line for line in out.splitlines() if line.startswith("  crash_on_start:")]
-    assert line == ("  crash_on_start: 3 trial(s); most telling: attention-backend=triton (in 3 of them; 3 of the 3 "
-                    "trials with it failed so: 2.7x the rate of all 8)")
-    assert "disable-cuda-graph" not in line  # 3 of 3 too, but 7 of 8 overall: it explains nothing
+    assert ("\nfailures, and the values the search blames (knowledge export writes the same):\n"
+            "  crash_on_start: 3 trial(s)\n"
+            "    `attention-backend: triton` crashes at start (3 failed trials: 2, 4, 6; none ran fine with it)\n"
+            ) in out
+    # Graphs off in nearly every trial, crashed or not: it ran fine, so it is not blamed.
+    assert "disable-cuda-graph: true" not in out
+
+
+def test_a_failure_whose_every_value_ran_elsewhere_blames_nothing():
+    """Two flags that each ran, failing together: the search blames nothing in particular, and show says so."""
+    import optuna
+
+    from tuner.results._show import failure_breakdown
+
+    dist = {"attention-backend": optuna.distributions.CategoricalDistribution(["fa3", "flashinfer"]),
+            "disable-cuda-graph": optuna.distributions.CategoricalDistribution([False, True])}
+    trials = []
+    for number, (backend, graphs_off, kind) in enumerate([("fa3", False, None), ("flashinfer", True, None),
+                                                          ("flashinfer", False, "crash_on_start")]):
+        attrs = {"failure_kind": kind, "failure_message": "boom"} if kind else {"feasible": True}
+        trial = optuna.trial.create_trial(
+            params={"attention-backend": backend, "disable-cuda-graph": graphs_off}, distributions=dist,
+            value=None if kind else 1.0, state=TrialState.PRUNED if kind else TrialState.COMPLETE, user_attrs=attrs,
+            system_attrs={"constraints": (1.0 if kind else 0.0,)})
+        trial.number = number
+        trials.append(trial)
+    assert failure_breakdown(trials) == ("failures:\n  crash_on_start: 1 trial(s); trial 2 blames nothing in "
+                                         "particular (every value in it ran fine elsewhere)")
+    # A missed SLO blames what never ran too, for the search; it says more of the workload than of the flags, so
+    # knowledge export leaves it out, and show says so.
+    slo = optuna.trial.create_trial(
+        params={"attention-backend": "fa3", "disable-cuda-graph": True, "max-running-requests": 256},
+        distributions={**dist, "max-running-requests": optuna.distributions.CategoricalDistribution([64, 256])},
+        state=TrialState.PRUNED,
+        user_attrs={"failure_kind": "slo_violation", "failure_message": "p99_ttft_ms 900 > 500"},
+        system_attrs={"constraints": (1.0,)})
+    slo.number = 3
+    assert failure_breakdown([*trials, slo], width=200).splitlines()[-1] == (
+        "    `max-running-requests: >= 256` may miss the SLO (1 failed trial: 3; none ran fine with it) (not carried "
+        "to later studies)")
 
 
 def test_show_fits_the_terminal_and_keeps_whole_messages(study):

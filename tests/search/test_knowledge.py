@@ -47,12 +47,13 @@ TRIALS = [
 
 def test_a_studys_failures_are_explained_by_the_values_that_failed_in_other_company_too():
     knowledge = knowledge_of_trials("glm5", TRIALS, SM120, maximize=True)
-    got = {(lesson.kind.value, lesson.capture, str(lesson.values)): (lesson.count, lesson.blame, lesson.trials)
+    got = {(lesson.kind.value, lesson.capture, str(lesson.values)): (lesson.count, lesson.blame, lesson.trials,
+                                                                      lesson.ran_fine, lesson.suspected)
            for lesson in knowledge.lessons}
-    assert got == {
-        ("graph_capture_failed", True, "{'attention-backend': 'nsa'}"): (1, 1.0, (1,)),
-        ("nan", False, "{'attention-backend': 'nsa'}"): (2, 2.0, (2, 3)),
-        ("oom", False, "{'cuda-graph-max-bs': {'at-least': 128}}"): (1, 1.0, (4,)),
+    assert got == {  # one failure is a suspicion; two that point at nsa alone, a fact
+        ("graph_capture_failed", True, "{'attention-backend': 'nsa'}"): (1, 1.0, (1,), 0, True),
+        ("nan", False, "{'attention-backend': 'nsa'}"): (2, 2.0, (2, 3), 0, False),
+        ("oom", False, "{'cuda-graph-max-bs': {'at-least': 128}}"): (1, 1.0, (4,), 0, True),
     }
     nan = next(lesson for lesson in knowledge.lessons if lesson.kind == FailureKind.NAN)
     assert nan.evidence == "logprob of output token 1 is NaN or inf (null)"  # the first line of the first failure
@@ -64,16 +65,42 @@ def test_a_studys_failures_are_explained_by_the_values_that_failed_in_other_comp
 
 
 def test_a_lesson_reads_as_a_sentence_and_matches_what_it_says():
-    flashmla = Lesson({"nsa-decode-backend": "flashmla_sparse"}, FailureKind.NAN, SM120)
-    assert flashmla.reads() == "`nsa-decode-backend: flashmla_sparse` gives NaN on SM120 with SGLang 0.5.6"
-    oom = Lesson({"cuda-graph-max-bs": {"at-least": 96}}, FailureKind.OOM, SM120)
-    assert oom.reads() == "`cuda-graph-max-bs: >= 96` runs out of memory with GLM-5 (744B) on 8x 95.6 GB, SGLang 0.5.6"
+    flashmla = Lesson({"nsa-decode-backend": "flashmla_sparse"}, FailureKind.NAN, SM120, count=3, blame=3.0,
+                      trials=(2, 3, 4), ran_fine=0)
+    assert not flashmla.suspected
+    assert flashmla.reads() == ("`nsa-decode-backend: flashmla_sparse` gives NaN on SM120 with SGLang 0.5.6 "
+                                "(3 failed trials: 2, 3, 4; none ran fine with it)")
+    oom = Lesson({"cuda-graph-max-bs": {"at-least": 96}}, FailureKind.OOM, SM120, count=2, blame=2.0, trials=(4, 6))
+    assert oom.reads() == ("`cuda-graph-max-bs: >= 96` runs out of memory with GLM-5 (744B) on 8x 95.6 GB, "
+                           "SGLang 0.5.6 (2 failed trials: 4, 6)")  # read from a file that did not say what ran fine
     assert oom.matches({"cuda-graph-max-bs": 128}) and not oom.matches({"cuda-graph-max-bs": 64})
     capture = Lesson({"attention-backend": "nsa"}, FailureKind.GRAPH_CAPTURE_FAILED, SM120, capture=True)
     assert capture.matches({"attention-backend": "nsa", "disable-cuda-graph": False})
     assert not capture.matches({"attention-backend": "nsa", "disable-cuda-graph": True})  # no capture, no lesson
     switch = Lesson({"enable-x": True}, FailureKind.NAN, SM120)
     assert not switch.matches({"enable-x": 1})  # a switch is not a size
+
+
+@pytest.mark.parametrize("lesson, reads", [
+    # One failure: a suspicion.
+    (Lesson({"chunked-prefill-size": {"at-least": 16384}}, FailureKind.STARTUP_TIMEOUT, SM120, trials=(7,),
+            capture=True, ran_fine=0),
+     "`chunked-prefill-size: >= 16384` may hang at start capturing CUDA graphs on SM120 with SGLang 0.5.6 "
+     "(1 failed trial: 7; none ran fine with it)"),
+    # Two failures, but another value failed with it each time: either may be the cause.
+    (Lesson({"max-running-requests": {"at-least": 128}}, FailureKind.CRASH_ON_START, SM120, count=2, blame=1.0,
+            trials=(5, 9), ran_fine=0),
+     "`max-running-requests: >= 128` may crash at start on SM120 with SGLang 0.5.6 (2 failed trials: 5, 9, blamed "
+     "with 1 other value; none ran fine with it)"),
+    # Three failures, yet a trial ran fine with it.
+    (Lesson({"mem-fraction-static": {"at-most": 0.8}}, FailureKind.OOM, SM120, count=3, blame=3.0, trials=(1, 2, 8),
+            ran_fine=1),
+     "`mem-fraction-static: <= 0.8` may run out of memory with GLM-5 (744B) on 8x 95.6 GB, SGLang 0.5.6 "
+     "(3 failed trials: 1, 2, 8; 1 ran fine with it)"),
+])
+def test_a_lesson_on_thin_evidence_reads_as_a_suspicion(lesson, reads):
+    assert lesson.suspected and lesson.reads() == reads
+    assert lesson.to_entry()["suspected"] is True and lesson.to_entry()["reads"] == reads
 
 
 @pytest.mark.parametrize("suffix", [".yaml", ".json"])
@@ -91,8 +118,10 @@ def test_the_file_reads_back_what_was_written(tmp_path, suffix):
         text = path.read_text()
         assert text.startswith("# What the failures of study 'glm5' showed")
         assert "&id" not in text  # every entry's context written out, not as an alias
-        assert yaml.safe_load(text)["entries"][1]["reads"] == "`attention-backend: nsa` gives NaN on SM120 with " \
-                                                              "SGLang 0.5.6"
+        nan = yaml.safe_load(text)["entries"][1]
+        assert nan["reads"] == ("`attention-backend: nsa` gives NaN on SM120 with SGLang 0.5.6 (2 failed trials: 2, 3; "
+                                "none ran fine with it)")
+        assert "suspected" not in nan and nan["ran_fine"] == 0
 
 
 @pytest.mark.parametrize("entry, problem", [
@@ -111,6 +140,8 @@ def test_the_file_reads_back_what_was_written(tmp_path, suffix):
      "entries[0].trials must be a list of trial numbers"),
     ("- {values: {x: 1}, kind: nan, capture: yes please, context: {engine: {name: sglang}}}",
      "entries[0].capture must be true or false"),
+    ("- {values: {x: 1}, kind: nan, ran_fine: -1, context: {engine: {name: sglang}}}",
+     "entries[0].ran_fine must be a whole number of trials (0 or more), got -1"),
 ])
 def test_a_wrong_entry_is_named_with_its_fix(tmp_path, entry, problem):
     path = tmp_path / "k.yaml"

@@ -11,11 +11,13 @@ from conftest import REPO, instant_space
 
 SIM_FAST = {"TUNER_SIM_TIME_SCALE": "0.03", "TUNER_SIM_STARTUP_SCALE": "0.002"}
 GLM5_SPACE = REPO / "search_spaces" / "glm5-nvfp4-sm120.yaml"
+SPACE_70B = REPO / "search_spaces" / "llama3-70b-8xh200.yaml"
 SHIPPED = REPO / "search_spaces" / "knowledge" / "glm5-nvfp4-sm120.yaml"
 # On SM120 with SGLang 0.5.6 only trtllm_mla runs: nsa (flashmla_*) answers NaN or crashes capturing, flashinfer
 # answers NaN at batch 64, triton garbage (tuner/sim/profiles/glm5-nvfp4-sm120.yaml).
 BROKEN = {"nsa", "flashinfer", "triton"}
 FIRST = 6  # trials of the GLM-5 studies compared
+DEFAULT_CARRY = "carrying crashes (--carry all adds oom, untried, configs, around)"  # the run's first line, by default
 
 
 def _other_model_on_the_same_gpu(tuner) -> tuple[str, str]:
@@ -57,8 +59,13 @@ def test_a_second_glm5_study_skips_the_backends_another_model_on_the_same_gpu_fo
     assert document["ran"]["context"]["engine"]["version"] == "0.5.6" and "model" not in document["ran"]["context"]
     entries = {(e["values"].get("attention-backend"), e["kind"]): e for e in document["entries"]}
     nan = entries["nsa", "nan"]
-    assert nan["reads"] == "`attention-backend: nsa` gives NaN on SM120 with SGLang 0.5.6"
     assert nan["trials"][0] == 1 and nan["count"] == len(nan["trials"]) and nan["study"] == "dsv32"
+    # Its sentence counts its evidence; from one failure it is a suspicion.
+    count, trials = nan["count"], ", ".join(map(str, nan["trials"]))
+    said = "may give NaN" if count == 1 else "gives NaN"
+    assert nan["reads"] == (f"`attention-backend: nsa` {said} on SM120 with SGLang 0.5.6 ({count} failed "
+                            f"trial{'s' if count > 1 else ''}: {trials}; none ran fine with it)")
+    assert nan.get("suspected", False) is (count == 1)
     assert nan["evidence"].startswith("logprob of output token 1 is NaN")
     assert nan["context"]["engine"]["version"] == "0.5.6"
     assert nan["context"]["gpus"]["compute_capability"] == "12.0"
@@ -81,25 +88,80 @@ def test_a_second_glm5_study_skips_the_backends_another_model_on_the_same_gpu_fo
     said = warm.stderr.splitlines()[0]
     assert said.startswith("learning from 1 earlier study of this storage on the same engine and GPU: study 'dsv32' "
                            "("), said
-    assert said.endswith("(--learn-from none starts cold)")
+    # By default only crash lessons carry: no configuration.
+    assert said.endswith(f"lessons); {DEFAULT_CARRY} (--learn-from none starts cold)"), said
     cold_study = optuna.load_study(study_name="glm5-nvfp4-sm120", storage=f"sqlite:///{tuner.folder / 'cold.db'}")
     cold_backends, warm_backends = _backends(cold_study), _backends(tuner.study("glm5-warm"))
     assert BROKEN & set(cold_backends), cold_backends  # cold, the search meets a broken backend early
     assert not BROKEN & set(warm_backends), warm_backends  # warm, from its first trial on it does not
     warm_study = tuner.study("glm5-warm")
-    assert warm_study.trials[1].user_attrs["learned_from"] == "study 'dsv32'"  # its winner, right after the baseline
+    assert not [t.number for t in warm_study.trials if "learned_from" in t.user_attrs]
+    assert "carried from" not in warm.stderr
     learned = warm_study.user_attrs["learned"]
     assert learned["default"] is True and [s["source"] for s in learned["sources"]] == ["study 'dsv32'"]
-    # Resumed, it learns the same again, and says so without promising the configurations it ran at its start.
+    assert learned["carry"] == ["crashes"] and learned["sources"][0]["first"] == 0
+
+    # Resumed, it learns the same again.
     more = tuner.run("run", "--trials", str(FIRST + 1), "--simulate", "--study", "glm5-warm", env=SIM_FAST)
     assert more.returncode == 0, more.stderr[-3000:]
     lessons = learned["sources"][0]["lessons"]
     assert more.stderr.splitlines()[0] == ("learning from 1 earlier study of this storage on the same engine and GPU: "
-                                           f"study 'dsv32' ({lessons} lessons) (--learn-from none starts cold)")
-    assert tuner.study("glm5-warm").user_attrs["learned"]["sources"][0]["first"] == 1
-    show = tuner.run("show", "--study", "glm5-warm", env={"COLUMNS": "250"})
+                                           f"study 'dsv32' ({lessons} lessons); {DEFAULT_CARRY} (--learn-from none "
+                                           "starts cold)")
+    assert tuner.study("glm5-warm").user_attrs["learned"]["sources"][0]["first"] == 0
+
+    # Asked to, it carries dsv32's winner too: tried right after the baseline, and the last screen says what it took.
+    carried = tuner.run("run", "--trials", "3", "--simulate", "--study", "glm5-carried", "--learn-from", "dsv32",
+                        "--carry", "all", env=SIM_FAST)
+    assert carried.returncode == 0, carried.stderr[-3000:]
+    said = carried.stderr.splitlines()[0]
+    assert said.startswith("learning from study 'dsv32' (") and said.endswith(
+        "lessons, 1 configuration to try first); carrying crashes, oom, untried, configs, around"), said
+    carried_study = tuner.study("glm5-carried")
+    assert carried_study.trials[1].user_attrs["learned_from"] == "study 'dsv32'"
+    assert carried_study.trials[1].params["attention-backend"] == "trtllm_mla"
+    won = carried_study.best_trial.number == 1
+    assert ("carried from study 'dsv32': trial 1 (1 restart); "
+            + ("trial 1, carried, is the winner" if won else "none of them is the winner")) in carried.stderr
+    show = tuner.run("show", "--study", "glm5-carried", env={"COLUMNS": "250"})
     line, = [line for line in show.stdout.splitlines() if line.startswith("learned: ")]
+    lessons = carried_study.user_attrs["learned"]["sources"][0]["lessons"]
     assert line == f"learned: {lessons} lessons from study 'dsv32', its configurations tried as trial 1"
+    assert tuner.leftovers() == {}
+
+
+@pytest.mark.timeout(600)
+def test_a_carried_configuration_that_cannot_hold_the_next_model_is_not_tried(tuner):
+    """An 8B model's study on 8 H200s ran as 8 replicas (tp 1, dp 8). The next study, Llama 70B on the same GPUs,
+    asks for every part (--carry all): no tp size keeps 8 replicas of the 70B model within 8 GPUs, so none of the
+    8B study's configurations is tried, and the run's first line says why. By default none would be carried."""
+    profile = yaml.safe_load((REPO / "tuner" / "sim" / "profiles" / "llama3-70b-8xh200.yaml").read_text())
+    profile["name"] = "llama3-8b-8xh200"
+    profile["model"].update(name="Llama-3.1-8B-Instruct", params_b=8.03, active_params_b=8.03, weight_gb_sharded=15.0,
+                            layers=32, hidden_size=4096)
+    space = yaml.safe_load(SPACE_70B.read_text())
+    space.update(name="llama3-8b-dp8", baseline={**space["baseline"], "tp-size": 1, "dp-size": 8})
+    space["params"].update({"tp-size": {"type": "categorical", "choices": [1]},
+                            "dp-size": {"type": "categorical", "choices": [8]}})
+    small = tuner.run("run", "--trials", "3", "--simulate", str(tuner.space(yaml.safe_dump(profile), "8b.yaml")),
+                      "--space", str(tuner.space(yaml.safe_dump(space, sort_keys=False), "8b-space.yaml")),
+                      env=SIM_FAST)
+    assert small.returncode == 0, small.stderr[-3000:]
+    assert [t for t in tuner.study("llama3-8b-dp8").get_trials() if t.value is not None]  # a best to carry
+
+    big = tuner.run("run", "--trials", "3", "--simulate", "llama3-70b-8xh200", "--space", str(SPACE_70B),
+                    "--carry", "all", env=SIM_FAST)
+    assert big.returncode == 0, big.stderr[-3000:]
+    said = big.stderr.splitlines()[0]
+    source, = [s for s in tuner.study("llama3-70b-8xh200").user_attrs["learned"]["sources"]
+               if s["source"] == "study 'llama3-8b-dp8'"]
+    unfit = source["unfit"]
+    assert unfit >= 1 and source["first"] == 0, source
+    assert (f"study 'llama3-8b-dp8' ({source['lessons']} lesson{'' if source['lessons'] == 1 else 's'}, {unfit} "
+            f"configuration{'' if unfit == 1 else 's'} left out: no tensor-parallel size of this space holds this "
+            "model with them)") in said, said
+    assert not [t.number for t in tuner.study("llama3-70b-8xh200").trials if "learned_from" in t.user_attrs]
+    assert "carried from" not in big.stderr
     assert tuner.leftovers() == {}
 
 
@@ -115,12 +177,14 @@ def test_the_shipped_knowledge_is_used_and_a_lesson_this_study_contradicts_does_
     done = tuner.run("run", "--trials", str(FIRST), "--simulate", "--learn-from", str(path), env=SIM_FAST)
     assert done.returncode == 0, done.stderr[-3000:]
     lessons = len(knowledge["entries"])
-    assert done.stderr.splitlines()[0] == f"learning from {path} ({lessons} lessons)", done.stderr[:500]
+    said = done.stderr.splitlines()[0]
+    assert said == f"learning from {path} ({lessons} lessons); {DEFAULT_CARRY}", done.stderr[:500]
     study = tuner.study("glm5-nvfp4-sm120")
     assert _backends(study) == ["trtllm_mla"] * FIRST
     source, = study.user_attrs["learned"]["sources"]
     assert (source["source"], source["lessons"], source["first"]) == (str(path), lessons, 0)
-    assert "`attention-backend: trtllm_mla` gives NaN on SM120 with SGLang 0.5.6" in source["told"]
+    assert "`attention-backend: trtllm_mla` gives NaN on SM120 with SGLang 0.5.6 (3 failed trials: 2, 3, 4)" in \
+        source["told"]
     assert study.user_attrs["learned"]["default"] is False
 
 

@@ -14,11 +14,12 @@ from conftest import instant_space
 from tuner._failures import FailureKind
 from tuner.search._knowledge import GoodConfig, Knowledge, Lesson
 from tuner.search._study import _initialise, make_sampler
-from tuner.search._warm import (HALF_LIFE, KERNEL_WEIGHT, MAX_WEIGHT, MEMORY_WEIGHT, SCALE_POWER, UNTRIED_WEIGHT,
-                                Ghost, Prior, adapt, fit_memory, lesson_weight, scale_memory, similarity, warm_start,
-                                weight_lesson)
+from tuner.search._warm import (HALF_LIFE, KERNEL_WEIGHT, MAX_WEIGHT, MEMORY_WEIGHT, PARTS, SCALE_POWER,
+                                UNTRIED_WEIGHT, Ghost, Prior, adapt, fit_memory, lesson_weight, scale_memory, similarity,
+                                warm_start, weight_lesson)
 from tuner.spec._spec import parse_spec
 
+EVERY_PART = frozenset(PARTS)  # run --carry all: by default neither OOM lessons nor configurations carry
 SM120 = {"engine": {"name": "sglang", "version": "0.5.6"},
          "gpus": {"name": "RTX PRO 6000", "compute_capability": "12.0", "count": 8, "memory_gb": 95.6},
          "model": {"name": "GLM-5", "architecture": "GlmMoeDsaForCausalLM", "params_b": 744.0, "dtype": "bfloat16"},
@@ -44,6 +45,17 @@ def test_kernel_failures_carry_to_the_same_gpu_architecture_and_version_whatever
     assert lesson_weight(nan, _with(SM120, engine={"name": "vllm"})) == 0
 
 
+def test_a_suspicion_weighs_what_its_blame_says_as_a_fact_does():
+    """How a lesson reads (a one-trial lesson "may" fail) changes nothing of what a later study is told: its weight
+    is its blame's."""
+    once = Lesson({"attention-backend": "d"}, FailureKind.NAN, SM120, trials=(7,), ran_fine=0)
+    shared = Lesson({"attention-backend": "d"}, FailureKind.NAN, SM120, count=2, blame=1.0, trials=(5, 9), ran_fine=0)
+    fact = Lesson({"attention-backend": "d"}, FailureKind.NAN, SM120, count=3, blame=3.0, trials=(2, 3, 4), ran_fine=0)
+    assert once.suspected and shared.suspected and not fact.suspected
+    assert lesson_weight(once, SM120) == lesson_weight(shared, SM120) == KERNEL_WEIGHT
+    assert lesson_weight(fact, SM120) == min(MAX_WEIGHT, 3 * KERNEL_WEIGHT)
+
+
 def test_memory_failures_carry_to_any_gpu_where_the_model_and_memory_are_known():
     oom = Lesson({"cuda-graph-max-bs": {"at-least": 128}}, FailureKind.OOM, SM120)
     assert lesson_weight(oom, _with(SM120, gpus={"compute_capability": "9.0"})) == MEMORY_WEIGHT
@@ -59,8 +71,8 @@ def test_a_tensor_parallel_size_that_ran_out_of_memory_warns_of_larger_ones_for_
     heavier = scale_memory(oom, SM120)
     assert heavier.values == {"tp-size": {"at-most": 2}} and heavier.scaled_from == {"tp-size": 1}
     assert heavier.matches({"tp-size": 2}) and not heavier.matches({"tp-size": 4})
-    assert heavier.reads() == ("`tp-size: <= 2` runs out of memory here, as `tp-size: 1` did with GLM-5 (372B) on "
-                               "8x 95.6 GB, SGLang 0.5.6")
+    assert heavier.reads() == ("`tp-size: <= 2` may run out of memory here, as `tp-size: 1` did with GLM-5 (372B) on "
+                               "8x 95.6 GB, SGLang 0.5.6 (1 failed trial)")
     # Twice the memory per GPU holds twice the weights: the same sizes as for the lighter model on the smaller GPUs.
     assert scale_memory(oom, _with(SM120, gpus={"memory_gb": 191.2})).values == {"tp-size": {"at-most": 1}}
     lighter = scale_memory(Lesson({"tp-size": {"at-most": 2}}, FailureKind.OOM, SM120), light)
@@ -92,7 +104,7 @@ def test_memory_bounds_move_with_weights_per_gpu_over_memory_per_gpu():
 def test_a_warm_start_tells_the_sampler_the_moved_memory_bounds():
     light = _with(SM120, model={"params_b": 186.0})
     oom = Lesson({"cuda-graph-max-bs": {"at-least": 128}}, FailureKind.OOM, light)
-    warm = warm_start([Knowledge("study 'light'", (oom,), context=light)], SPEC.space, SM120)
+    warm = warm_start([Knowledge("study 'light'", (oom,), context=light)], SPEC.space, SM120, EVERY_PART)
     (carried,) = warm.prior.lessons
     assert carried.lesson.values == scale_memory(oom, SM120).values and carried.weight == MEMORY_WEIGHT
     assert warm.used[0].told == (carried.lesson.reads(),) and "as `cuda-graph-max-bs: >= 128` did" in \
@@ -126,7 +138,8 @@ def test_good_configurations_of_the_same_gpu_architecture_run_first_others_do_no
 
     other_gpu = _with(SM120, gpus={"name": "H200", "compute_capability": "9.0"})
     told = Knowledge("file", (Lesson({"attention-backend": "c"}, FailureKind.NAN, SM120),))
-    warm = warm_start([best("near", SM120, "b", "c", "a"), best("far", other_gpu, "d"), told], SPEC.space, SM120)
+    warm = warm_start([best("near", SM120, "b", "c", "a"), best("far", other_gpu, "d"), told], SPEC.space, SM120,
+                      EVERY_PART)
     # The near study's best three, less the one the file says fails here; none from another GPU architecture.
     assert [params["attention-backend"] for params, _ in warm.first] == ["b", "a"]
     assert {source for _, source in warm.first} == {"study 'near'"}
@@ -151,9 +164,13 @@ def test_a_good_configuration_of_a_lighter_model_runs_here_on_as_many_more_gpus_
     assert fit_memory({**best, "tp-size": 4}, spec.space, lighter, heavier)["tp-size"] == 8
     fixed = {k: v for k, v in best.items() if k != "tp-size"}
     assert fit_memory(fixed, SPEC.space, light, here) == fixed  # the space fixes the split: nothing to adapt
-    warm = warm_start([Knowledge("study 'light'", good=(GoodConfig(best, light, 0, "light", 0),), context=light)],
-                      spec.space, here)
-    assert [params["tp-size"] for params, _ in warm.first] == [4]
+    source = Knowledge("study 'light'", good=(GoodConfig(best, light, 0, "light", 0),), context=light)
+    warm = warm_start([source], spec.space, here, EVERY_PART)
+    assert [params["tp-size"] for params, _ in warm.first] == [4] and warm.used[0].unfit == 0
+    too_heavy = warm_start([source], spec.space, SM120, EVERY_PART)  # no size holds GLM-5 in bf16: said, not tried
+    light_use, = [u for u in too_heavy.used if u.source == "study 'light'"]
+    assert too_heavy.first == () and light_use.unfit == 1
+    assert warm_start([source], spec.space, here).first == ()  # by default no configuration carries
 
 
 def test_before_any_trial_the_models_size_warns_of_the_tensor_parallel_sizes_too_small_to_hold_it():
@@ -199,10 +216,11 @@ def test_a_choice_no_study_on_these_kernels_ran_is_drawn_less_until_this_study_r
     """A backend no earlier study on the same GPU architecture and engine version ran may crash here: it counts
     as UNTRIED_WEIGHT failed trials, fading as lessons do; one that ran there, or here, counts as nothing."""
     source = Knowledge("study 'near'", context=SM120, ran={"attention-backend": ("a", "b")})
-    prior = warm_start([source], SPEC.space, SM120).prior
+    prior = warm_start([source], SPEC.space, SM120, EVERY_PART).prior
     assert prior.ran == {"attention-backend": frozenset({"a", "b"})}
+    assert warm_start([source], SPEC.space, SM120).prior.ran == {}  # by default (crash lessons only): not carried
     other_version = _with(SM120, engine={"version": "0.5.23"})
-    assert warm_start([source], SPEC.space, other_version).prior.ran == {}  # other kernels: nothing said
+    assert warm_start([source], SPEC.space, other_version, EVERY_PART).prior.ran == {}  # other kernels: nothing said
 
     class Own:
         def log_run(self, params, space):

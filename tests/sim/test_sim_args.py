@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tuner.sim._args import parse_argv
+from tuner.flags import parse_argv
 
 from .simproc import run_cli
 

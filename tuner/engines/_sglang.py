@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 
 from .._failures import FailureKind
+from ..flags import VERSIONS, build_parser, refused_config_keys
 from ._base import (Completion, Engine, StreamErrorEvent, StreamEvent, check_ids_line_up, decode_json, finite_or_none,
                     flag_argv, patterns, prompt_ids_from_server)
 
@@ -50,7 +51,7 @@ def _dp_attention(flags: Mapping[str, Any]) -> dict[str, Any]:
 # set it itself, and None drops one (dp-size, folded into attn-dp-size).
 _RESPELLED = {"disable-cuda-graph": _graphs_off, "enable-dp-attention": _dp_attention}
 
-# Second spellings of the parallel sizes in 0.5.23's parser (tuner/sim/flags/sglang-0.5.23.json, option_strings).
+# Second spellings of the parallel sizes in 0.5.23's parser (tuner/flags/sglang-0.5.23.json, option_strings).
 _SIZE_ALIASES = {"tensor-parallel-size": "tp-size", "pipeline-parallel-size": "pp-size",
                  "data-parallel-size": "dp-size", "attention-data-parallel-size": "attn-dp-size"}
 
@@ -98,7 +99,7 @@ class SGLang(Engine):
         # replicas, each on tp x pp GPUs of its own, `--attn-dp-size` or not: SGLang 0.5.23's parser calls the
         # first "Deprecated. Use --attn-dp-size <dp-size> instead of --dp-size <dp-size> --enable-dp-attention"
         # and attn-dp-size "the number of data-parallel attention groups inside the TP group"
-        # (tuner/sim/flags/sglang-0.5.23.json, dumped from it; the simulator's resolve() counts GPUs alike).
+        # (tuner/flags/sglang-0.5.23.json, dumped from it; the simulator's resolve() counts GPUs alike).
         flags = {_SIZE_ALIASES.get(k, k): v for k, v in flags.items()}
         if flags.get("enable-dp-attention") and int(flags.get("attn-dp-size") or 1) == 1:
             flags = {k: v for k, v in flags.items() if k != "dp-size"}
@@ -226,11 +227,9 @@ class SGLang(Engine):
         SGLang 0.5.17's --config merger refuses a key equal to the dest of any action that is neither store
         nor store_true, so `cuda-graph-max-bs-decode: 256` is refused there: the deprecated alias
         --cuda-graph-max-bs stores into that dest (found on a real H100). Its alias spelling is accepted and
-        parses to the same value. The merger is judged by the simulator's model of it, which the contract
-        tests hold to each version's real one."""
-        from ..sim import FLAG_VERSIONS, build_parser, refused_config_keys
-
-        if version not in FLAG_VERSIONS:
+        parses to the same value. The merger is judged by tuner/flags/'s model of it (the simulator's too), which
+        the contract tests hold to each version's real one."""
+        if version not in VERSIONS:
             return dict(flags), {}
         parser = build_parser(version)
         refusing = refused_config_keys(parser, version)

@@ -1,7 +1,7 @@
 """What differs between the SGLang versions the tuner knows: the flags each takes, and what was renamed.
 
 Which flags a version has, their choices and which it calls deprecated come from SGLang's own parser, dumped
-into tuner/sim/flags/sglang-<version>.json by scripts/gen_sim_flags.py (the simulator parses with the same
+into tuner/flags/sglang-<version>.json by scripts/gen_sim_flags.py (the simulator parses with the same
 tables). What a flag that is gone became cannot be read from a parser: RENAMES says it, by hand, and
 `space upgrade` uses an entry only where the tables show the old name missing (or deprecated) in the target
 version and the new one there.
@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+
+from ..flags import VERSIONS, table
 
 # Flags renamed between SGLang versions, both ways: the name to write instead when one is missing. An entry
 # "env NAME=V" is an environment variable that took over the flag's job.
@@ -52,9 +54,7 @@ class Flag:
 
 def versions() -> tuple[str, ...]:
     """The SGLang versions whose flag tables the tuner ships, oldest first."""
-    from ..sim import FLAG_VERSIONS
-
-    return tuple(sorted(FLAG_VERSIONS, key=release))
+    return tuple(sorted(VERSIONS, key=release))
 
 
 def listed(names) -> str:
@@ -76,10 +76,8 @@ def release(version: str) -> tuple[int, ...]:
 @lru_cache(maxsize=None)
 def flags(version: str) -> Mapping[str, Flag]:
     """Every long option of the version's parser (aliases too), by name without dashes."""
-    from ..sim import flag_table
-
     out: dict[str, Flag] = {}
-    for spec in flag_table(version):
+    for spec in table(version):
         help_text = (spec.help or "").lstrip()
         # SGLang marks a deprecation by its action class (DeprecatedStoreTrueAction, ...) or by the help text's
         # first word ("Deprecated. Use ...", "(Deprecated, use ...)").

@@ -20,6 +20,7 @@ from typing import TextIO
 import optuna
 
 from .._errors import NoEligibleTrialError, UsageError
+from .._server_python import resolve_python, with_python
 from ..engines import get_engine
 from ..search import load_study
 from ..spec import ServerConfig, parse_spec
@@ -52,10 +53,12 @@ class Confirmation:
 
 
 def confirm(storage: str, study_name: str | None, top: int, repeats: int, workdir: str = "runs",
-            stream=sys.stderr, trials: Sequence[int] = ()) -> list[Confirmation]:
-    """Re-measure the `top` best distinct configurations, or the eligible trials numbered `trials`."""
+            stream=sys.stderr, trials: Sequence[int] = (), server_python: str | None = None) -> list[Confirmation]:
+    """Re-measure the `top` best distinct configurations, or the eligible trials numbered `trials`.
+    `server_python`: the Python that runs the server's `-m MODULE` instead of the one the study's run used."""
     if top < 1 or repeats < 1:
         raise UsageError("--top and --repeats must be at least 1", "pass e.g. --top 3 --repeats 3")
+    python = resolve_python(server_python)
     study = load_study(storage, study_name)
     if len(study.directions) > 1:
         raise UsageError("confirm ranks one objective; this study has two", "export a chosen trial with --trial N")
@@ -74,7 +77,7 @@ def confirm(storage: str, study_name: str | None, top: int, repeats: int, workdi
     else:
         candidates = distinct_ranked(study)[:top]
     spec = parse_spec(study.user_attrs["space_source"], "<stored space>", recorded=True)
-    command = tuple(study.user_attrs.get("server_command") or get_engine(spec.engine).default_command)
+    command = with_python(study.user_attrs.get("server_command") or get_engine(spec.engine).default_command, python)
     env = {**os.environ, **spec.server.env}
     if study.user_attrs.get("simulate"):
         env["TUNER_SIM_PROFILE"] = study.user_attrs["simulate"]

@@ -160,7 +160,7 @@ def summary(study: optuna.Study, spec: Spec, top: int = 5, dashboard: str | None
     """The run's last screen: what happened, the winner (as export and show name it), what to do next.
     `where`: the --storage and --study every suggested command carries (_which_study.target_args)."""
     from .._errors import NoEligibleTrialError
-    from ._results import certainty_lines, versus_baseline, winner
+    from ._results import certainty_lines, gate_lines, versus_baseline, winner
 
     trials = study.get_trials(deepcopy=False)
     metric = spec.objective.metric
@@ -182,8 +182,7 @@ def summary(study: optuna.Study, spec: Spec, top: int = 5, dashboard: str | None
     # Each command printed names the storage and study this run used (`where`): in this folder, the default
     # storage may hold another study, and its winner is not the one to deploy.
     at = f" {where}" if where else ""
-    from ._show import _gate_lines
-    lines += _gate_lines(study.user_attrs)
+    lines += gate_lines(study.user_attrs)
     try:
         best = winner(study)
     except NoEligibleTrialError:

@@ -12,7 +12,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from .._errors import NoEligibleTrialError
 from .._failures import measured
-from ..search import CONTEXT_ATTR
+from ..search import CONTEXT_ATTR, reference_gap
 from ..spec import parse_spec
 from ..trial import CUT_LEVEL_ATTR, TIME_BUDGET_ATTR, cut_message
 from ._certainty import SURE, Comparison
@@ -231,3 +231,16 @@ def _pareto_pick(study: optuna.Study, trials: list[FrozenTrial]) -> FrozenTrial:
     front = pareto_front(study)
     sign = 1 if study.directions[0] == optuna.study.StudyDirection.MAXIMIZE else -1
     return max(front, key=lambda t: sign * t.values[0])
+
+
+def gate_lines(attrs: Mapping[str, Any]) -> list[str]:
+    """What the gate did not judge as shipped: a tolerance the space loosened, a check the baseline cannot feed."""
+    lines = []
+    loosened = attrs.get("gate_loosened") or {}
+    if loosened:
+        lines.append("gate loosened by the space: " + ", ".join(f"{k} {v}" for k, v in loosened.items() if k != "why")
+                     + f" (why: {loosened.get('why')})")
+    gap = reference_gap(attrs)
+    if gap:
+        lines.append(gap)
+    return lines

@@ -1,4 +1,4 @@
-"""`tuner show`: the trials in a table that fits a terminal, the winner, and what the failures had in common."""
+"""`tuner show`: the trials in a table that fits a terminal, the winner, and the values the failures blame."""
 
 from __future__ import annotations
 
@@ -8,27 +8,20 @@ import textwrap
 from collections import Counter, defaultdict
 from collections.abc import Collection, Mapping
 
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
 from .._errors import NoEligibleTrialError
 from .._failures import FailureKind
 from .._redact import redact_url
-from ..search import (CONTEXT_ATTR, LEARNED_ATTR, describe_context, describe_learning, load_study,
-                      reference_gap)
+from ..search import CONTEXT_ATTR, LEARNED_ATTR, blame_failures, describe_context, describe_learning, load_study
 from ..trial import LENGTHS_ATTR
 from ._progress import fit, format_value, table
-from ._results import certainty_lines, cut_note, objective_metric, winner
+from ._results import certainty_lines, cut_note, gate_lines, objective_metric, winner
 from ._which_study import target_args
 
 # Each column one precision: throughput to 0.1 tok/s, TTFT to the ms, ITL to 0.1 ms, time to 0.1 s.
 _METRICS = (("out tok/s", "output_throughput", "{:.1f}"), ("p99 TTFT ms", "p99_ttft_ms", "{:.0f}"),
             ("p99 ITL ms", "p99_itl_ms", "{:.1f}"), ("seconds", "total_seconds", "{:.1f}"))
-# A value is named as what the failures of a kind had in common when it is at least MIN_LIFT times more frequent
-# among them than among all trials, present in at least MIN_COUNT of them, and at least MIN_SHARE of the trials
-# with it failed that way (a value in 2 of 2 failures but also in 12 trials that ran is no cause).
-MIN_LIFT = 2.0
-MIN_COUNT = 2
-MIN_SHARE = 0.25
 
 
 def show(storage: str, study_name: str | None, sort: str = "value", failed_only: bool = False,
@@ -78,7 +71,7 @@ def show(storage: str, study_name: str | None, sort: str = "value", failed_only:
         parts.append("\n".join(textwrap.fill(line, width=width, subsequent_indent="  ", break_on_hyphens=False)
                                for line in (f"winner: {best.describe(metric)}", f"  {flags}")))
         parts[-1] += _certainty(study, best, shlex.join(target_args(storage, study)), width)
-    parts += _gate_lines(study.user_attrs)
+    parts += gate_lines(study.user_attrs)
     if study.user_attrs.get(CONTEXT_ATTR):  # what the study ran on and for, as its first trial found it
         parts.append(textwrap.fill("context: " + describe_context(study.user_attrs[CONTEXT_ATTR]), width=width,
                                    subsequent_indent="  ", break_on_hyphens=False, break_long_words=False))
@@ -167,11 +160,12 @@ def _differences(t: FrozenTrial, reference: FrozenTrial | None, room: int, seen:
 
 
 def failure_breakdown(trials: list[FrozenTrial], width: int = 120, cut: Collection[int] = ()) -> str:
-    """For each failure kind, the parameter values that set its trials apart: ranked by how much more often they
-    occur among them than among all trials (lift), not by how often (a value most trials have is frequent among
-    failures too, and explains nothing). Interrupted trials are no configuration's fault. `cut`: the trials whose
-    probe was cut short (`cut_note`), counted as probe_cut whatever they recorded."""
-    finished = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    """Each failure kind's count, and the values its failures blame, as the search itself blames them
+    (`blame_failures`: the lessons `knowledge export` writes, with their evidence counted). A correlation of values
+    with failures would tell another story than the one the search acted on, and than the one a later study is
+    told: a value frequent among failures may have run fine elsewhere, and a value from one failure is only
+    suspected. `cut`: the trials whose probe was cut short (`cut_note`), counted as probe_cut whatever they
+    recorded."""
     by_kind: dict[str, list[FrozenTrial]] = defaultdict(list)
     for t in trials:
         kind = FailureKind.PROBE_CUT.value if t.number in cut else t.user_attrs.get("failure_kind")
@@ -179,25 +173,28 @@ def failure_breakdown(trials: list[FrozenTrial], width: int = 120, cut: Collecti
             by_kind[kind].append(t)
     if not by_kind:
         return "failures: none"
-    everywhere = Counter((k, format_value(v)) for t in finished for k, v in t.params.items())
+    blamed = blame_failures(trials)
+    lessons: dict[str, list[str]] = defaultdict(list)
+    for lesson in sorted(blamed.lessons, key=lambda lesson: (-lesson.count, -lesson.blame)):
+        lessons[lesson.kind.value].append(f"{lesson.says()} {lesson.counted()}"
+                                          + ("" if lesson.carries else " (not carried to later studies)"))
     lines = []
-    ranked = False  # whether any kind has values to rank: only then does the heading promise them
     for kind, ts in sorted(by_kind.items(), key=lambda kv: -len(kv[1])):
         line = f"  {kind}: {len(ts)} trial(s)"
-        if kind != "interrupted" and finished:
-            among = Counter((k, format_value(v)) for t in ts for k, v in t.params.items())
-            scored = [((n / len(ts)) / (everywhere[kv] / len(finished)), n, kv) for kv, n in among.items()
-                      if n >= MIN_COUNT and everywhere[kv] and n / everywhere[kv] >= MIN_SHARE]
-            telling = [s for s in sorted(scored, reverse=True) if s[0] >= MIN_LIFT][:2]
-            if telling:
-                ranked = True
-                line += "; most telling: " + ", ".join(
-                    f"{k}={v} (in {n} of them; {n} of the {everywhere[(k, v)]} trials with it failed so: "
-                    f"{lift:.1f}x the rate of all {len(finished)})" for lift, n, (k, v) in telling)
-        lines.append(textwrap.fill(line, width=width, subsequent_indent="      ", break_on_hyphens=False,
-                                   break_long_words=False))
-    heading = "failures, and the values that set each kind apart:" if ranked else "failures:"
+        alone = [t.number for t in ts if t.number in blamed.unexplained]
+        if alone:  # failures that blame nothing in particular: every value in them ran fine elsewhere
+            many = len(alone) > 1
+            line += (f"; trial{'s' if many else ''} {', '.join(map(str, alone))} blame{'' if many else 's'} nothing in "
+                     f"particular (every value in {'them' if many else 'it'} ran fine elsewhere)")
+        lines.append(_wrap(line, width, "      "))
+        lines += [_wrap(f"    {text}", width, "      ") for text in lessons.get(kind, ())]
+    heading = ("failures, and the values the search blames (knowledge export writes the same):" if blamed.lessons
+               else "failures:")
     return "\n".join([heading, *lines])
+
+
+def _wrap(line: str, width: int, indent: str) -> str:
+    return textwrap.fill(line, width=width, subsequent_indent=indent, break_on_hyphens=False, break_long_words=False)
 
 
 def _messages(trials: list[FrozenTrial], width: int, cut: Mapping[int, str]) -> str:
@@ -220,16 +217,3 @@ def _messages(trials: list[FrozenTrial], width: int, cut: Mapping[int, str]) -> 
         lines.append(textwrap.fill(message, width=width, initial_indent=head, subsequent_indent="      ",
                                    break_long_words=False, break_on_hyphens=False))
     return "\n".join(lines)
-
-
-def _gate_lines(attrs) -> list[str]:
-    """What the gate did not judge as shipped: a tolerance the space loosened, a check the baseline cannot feed."""
-    lines = []
-    loosened = attrs.get("gate_loosened") or {}
-    if loosened:
-        lines.append("gate loosened by the space: " + ", ".join(f"{k} {v}" for k, v in loosened.items() if k != "why")
-                     + f" (why: {loosened.get('why')})")
-    gap = reference_gap(attrs)
-    if gap:
-        lines.append(gap)
-    return lines

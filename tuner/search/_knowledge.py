@@ -1,16 +1,13 @@
 """Knowledge a study leaves for later ones: the values its failures blame, and its best configurations.
 
-A lesson is a suspect of the sampler's own rules (tuner/search/_tpe.py, `Shown.blames`) that explains some of a study's
-failures: a value that never ran (`attention-backend: nsa`), an ordered value beyond every one that ran
-(`cuda-graph-max-bs: {at-least: 96}`), or a pair (a choice with an ordered value beyond every one it ran with).
-Each keeps the failure kind, the study's context (tuner/search/_context.py), the failures it explains (count, blame,
-trials) and the first one's message. A failure that blames nothing in particular (every value in it ran
-elsewhere) teaches nothing to carry, and is left out.
+The lessons are those of `blame_failures` (tuner/search/_lessons.py), the same that `tuner show` lists, less the
+ones that do not carry to other studies (a timeout, a missed SLO: `FailureKind.carries`). Each keeps the study's
+context (tuner/search/_context.py), so a later study knows what it was learnt on.
 
-`knowledge export` writes the lessons as a file (YAML or JSON, `schema: 2`), with what ran: the values of each
-choice flag (a backend, a switch) that ran and passed the gate, and on what engine and GPUs (schema 1 files,
-without it, still read). `run --learn-from FILE` reads it back; `run --learn-from STUDY` derives the same from the
-study itself (tuner/search/_learn.py).
+`knowledge export` writes the lessons as a file (`render`: YAML or JSON, `schema: 2`), with what ran: the values
+of each choice flag (a backend, a switch) that ran and passed the gate, and on what engine and GPUs (schema 1
+files, without it, still read). `run --learn-from FILE` reads it back; `run --learn-from STUDY` derives the same
+from the study itself. Both commands are tuner/search/_learn.py's: this module reads no storage.
 """
 
 from __future__ import annotations
@@ -18,8 +15,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-import shlex
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,85 +25,19 @@ import yaml
 from optuna.trial import FrozenTrial, TrialState
 
 from .._errors import KnowledgeError
-from .._failures import KERNEL, MEMORY, FailureKind, carries_trial, failed_capturing, measured
-from .._files import write_atomically
-from .._redact import redact_url
-from ._context import ATTR as CONTEXT_ATTR, ENGINE_NAMES
-from ._study import load_study
-from ._tpe import AT, UP, Blame, Shown, _captures_graphs, _violation
+from .._failures import FailureKind, measured
+from ._blame import is_number, violation
+from ._context import ATTR as CONTEXT_ATTR
+from ._lessons import AT_LEAST, AT_MOST, Lesson, blame_failures
+
+__all__ = ["AT_LEAST", "AT_MOST", "GoodConfig", "Knowledge", "Lesson", "knowledge_of_study", "knowledge_of_trials",
+           "read_knowledge", "render"]
 
 SCHEMA = 2
 READS = (1, 2)  # schema 1: no `ran` section
 RAN_CONTEXT = ("engine", "gpus")  # what ran, ran on these: a kernel that ran there runs on the same GPUs and version
 FORMAT = "tuner-knowledge"
-AT_LEAST, AT_MOST = "at-least", "at-most"
 GOOD_PER_STUDY = 3  # the best distinct configurations a study passes on
-_KIND_READS = {
-    FailureKind.NAN: "gives NaN", FailureKind.GARBAGE: "gives garbage", FailureKind.WRONG_ANSWER: "answers wrongly",
-    FailureKind.INCONSISTENT_LOGPROBS: "gives inconsistent logprobs", FailureKind.CRASH_ON_START: "crashes at start",
-    FailureKind.GRAPH_CAPTURE_FAILED: "fails CUDA graph capture", FailureKind.HANG: "hangs",
-    FailureKind.CRASH_UNDER_LOAD: "crashes under load", FailureKind.OOM: "runs out of memory",
-    FailureKind.STARTUP_TIMEOUT: "hangs at start",
-}
-
-
-@dataclass(frozen=True)
-class Lesson:
-    """Values that failed in an earlier study, and how (one entry of a knowledge file)."""
-
-    values: Mapping[str, Any]  # flag: value; an ordered flag's range as {at-least: V} or {at-most: V}
-    kind: FailureKind
-    context: Mapping[str, Any]  # the study's context attr: engine, gpus, model
-    count: int = 1  # failed trials it took part in
-    blame: float = 1.0  # failures' worth: values that only ever failed together share theirs
-    evidence: str = ""  # the first failure's message
-    study: str = ""
-    trials: tuple[int, ...] = ()
-    capture: bool = False  # learnt from a failed CUDA graph capture: speaks only of configurations that capture
-    scaled_from: Mapping[str, Any] | None = None  # the values as learnt, where a warm start moved them (_warm.py)
-
-    @property
-    def carries(self) -> str | None:
-        """KERNEL or MEMORY (FailureKind.carries); a capture that hung is a kernel's failure."""
-        return KERNEL if self.capture and self.kind != FailureKind.OOM else self.kind.carries
-
-    def matches(self, params: Mapping[str, Any]) -> bool:
-        """Whether a configuration has these values (and, for a capture lesson, captures CUDA graphs)."""
-        if self.capture and not _captures_graphs(params):
-            return False
-        return all(name in params and _within(params[name], want) for name, want in self.values.items())
-
-    def reads_values(self) -> str:
-        """'nsa-decode-backend: flashmla_sparse', 'cuda-graph-max-bs: >= 96'."""
-        return ", ".join(f"{name}: {_value_text(v)}" for name, v in self.values.items())
-
-    def reads(self) -> str:
-        """What it says, as it carries: '`nsa-decode-backend: flashmla_sparse` gives NaN on SM120 with SGLang 0.5.6',
-        '`cuda-graph-max-bs: >= 96` runs out of memory with GLM-5 (744B) on 8x 95.6 GB, SGLang 0.5.6'."""
-        values = self.reads_values()
-        verb = _KIND_READS.get(self.kind, f"fails ({self.kind.value})")
-        if self.capture and self.kind != FailureKind.GRAPH_CAPTURE_FAILED:
-            verb += " capturing CUDA graphs"
-        engine, gpus, model = (self.context.get(k) or {} for k in ("engine", "gpus", "model"))
-        version = f"{ENGINE_NAMES.get(engine.get('name'), engine.get('name'))} {engine.get('version') or '?'}"
-        if self.carries != MEMORY:
-            arch = str(gpus.get("compute_capability") or "").replace(".", "")
-            return f"`{values}` {verb}" + (f" on SM{arch}" if arch else "") + f" with {version}"
-        size = f" ({model['params_b']:g}B)" if model.get("params_b") else ""
-        memory = f" on {gpus['count']}x {gpus['memory_gb']:g} GB" if gpus.get("count") and gpus.get("memory_gb") else ""
-        who = f"{model.get('name') or 'a model'}{size}{memory}, {version}"
-        if self.scaled_from is None:
-            return f"`{values}` {verb} with {who}"
-        learnt = ", ".join(f"{name}: {_value_text(v)}" for name, v in self.scaled_from.items())
-        return f"`{values}` {verb} here, as `{learnt}` did with {who}"
-
-    def to_entry(self) -> dict[str, Any]:
-        entry = {"reads": self.reads(), "values": dict(self.values), "kind": self.kind.value}
-        if self.capture:
-            entry["capture"] = True
-        entry.update(count=self.count, blame=round(self.blame, 3), evidence=self.evidence, study=self.study,
-                     trials=list(self.trials), context=dict(self.context))
-        return entry
 
 
 @dataclass(frozen=True)
@@ -143,7 +72,9 @@ def knowledge_of_trials(study: str, trials: Sequence[FrozenTrial], context: Mapp
     kept = {k: context[k] for k in ("engine", "gpus", "model", "workload") if isinstance(context.get(k), Mapping)}
     # A failure is matched by what it ran on; a good configuration by what it was good for too.
     on = {k: v for k, v in kept.items() if k != "workload"}
-    return Knowledge(source or f"study '{study}'", tuple(_lessons(finished, on, study)),
+    # What show lists, less what does not carry: one analysis for both.
+    lessons = tuple(lesson for lesson in blame_failures(finished, on, study).lessons if lesson.carries)
+    return Knowledge(source or f"study '{study}'", lessons,
                      tuple(_good(finished, kept, study, maximize)), kept, _ran(finished))
 
 
@@ -160,90 +91,11 @@ def knowledge_of_study(study: optuna.Study, source: str | None = None) -> Knowle
     return knowledge_of_trials(name, study.get_trials(deepcopy=False), context, maximize, source)
 
 
-def _lessons(finished: Sequence[FrozenTrial], context: Mapping[str, Any], study: str) -> list[Lesson]:
-    """The values that explain the study's failures. Each failure's suspects are the sampler's (Shown.blames):
-    what in it never ran. Where several failed together, the one among the most failures still unexplained takes
-    them all (failing in other company too is what singles it out: `nsa` failed with every decode backend and
-    with graphs on and off, graphs off only with `nsa`); suspects that only ever failed together share them."""
-    failures = _suspects(finished)
-    merged: dict[tuple[str, str, bool], dict[str, Any]] = {}
-    unexplained = set(range(len(failures)))
-    while unexplained:
-        covers: dict[str, set[int]] = {}
-        for i in unexplained:
-            for key in failures[i][2]:
-                covers.setdefault(key, set()).add(i)
-        best = max(sorted(covers), key=lambda k: (len(covers[k]), sum(failures[i][2][k][1] for i in covers[k])))
-        group = [k for k in sorted(covers) if covers[k] == covers[best]]
-        for i in sorted(covers[best]):
-            t, is_capture, suspects = failures[i]
-            kind = t.user_attrs["failure_kind"]
-            for key in group:
-                entry = merged.setdefault((key, kind, is_capture), {
-                    "values": suspects[key][0], "kind": FailureKind(kind), "capture": is_capture, "count": 0,
-                    "blame": 0.0, "trials": [], "evidence": _evidence(t)})
-                entry["count"] += 1
-                entry["blame"] += 1.0 / len(group)
-                entry["trials"].append(t.number)
-        unexplained -= covers[best]
-    lessons = [Lesson(e["values"], e["kind"], context, e["count"], e["blame"], e["evidence"], study,
-                      tuple(e["trials"]), e["capture"]) for e in merged.values()]
-    return sorted(lessons, key=lambda lesson: (lesson.kind.value, -lesson.blame,
-                                               json.dumps(lesson.values, default=str)))
-
-
-def _suspects(finished: Sequence[FrozenTrial]) -> list[tuple[FrozenTrial, bool, dict[str, tuple[dict, float]]]]:
-    """Each failure that carries, whether it is a capture's, and its suspects: {key: (values, sampler's blame)}.
-    As GraphAwareOdds splits them, a failed capture speaks only of configurations that capture graphs and is judged
-    against the trials that captured and ran; every other failure against every trial that ran."""
-    capture_failed = [failed_capturing(t.user_attrs) for t in finished]
-    general = Shown.of([t for t, failed in zip(finished, capture_failed) if not failed])
-    capture = Shown.of([t for t, failed in zip(finished, capture_failed)
-                        if failed or (_violation(t) <= 0 and _captures_graphs(t.params))])
-    failures = []
-    for shown, is_capture in ((general, False), (capture, True)):
-        for t in shown.failed:
-            if carries_trial(t.user_attrs) is None:
-                continue
-            suspects: dict[str, tuple[dict, float]] = {}
-            for b in shown.blames(t):
-                if not b.shared:  # `shared`: every value of the trial ran elsewhere, nothing singled out
-                    values = _blamed_values(b, t)
-                    key = json.dumps(values, sort_keys=True, default=str)
-                    suspects[key] = (values, suspects.get(key, (values, 0.0))[1] + b.weight)
-            if suspects:
-                failures.append((t, is_capture, suspects))
-    return failures
-
-
-def _blamed_values(b: Blame, t: FrozenTrial) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    if b.choice is not None:
-        name, (_, value) = b.choice
-        values[name] = value
-    if b.ordered is not None:
-        name, _, side = b.ordered
-        value = _tidy(t.params[name])  # as the trial had it (an int stays an int)
-        values[name] = value if side == AT else {AT_LEAST if side == UP else AT_MOST: value}
-    return values
-
-
-def _tidy(value: Any) -> Any:
-    """A float without the noise of a step grid (1.4000000000000001 -> 1.4)."""
-    return round(value, 10) if isinstance(value, float) else value
-
-
-def _evidence(t: FrozenTrial) -> str:
-    message = str(t.user_attrs.get("failure_message") or "").strip()
-    line = message.splitlines()[0] if message else ""
-    return line[:300]
-
-
 def _ran(finished: Sequence[FrozenTrial]) -> dict[str, tuple[Any, ...]]:
     """The values of each choice flag (a backend, a switch) that ran and passed the gate in some trial."""
     ran: dict[str, list[Any]] = {}
     for t in finished:
-        if _violation(t) <= 0:
+        if violation(t) <= 0:
             for name, value in t.params.items():
                 if isinstance(value, (str, bool)) and value not in ran.setdefault(name, []):
                     ran[name].append(value)
@@ -257,7 +109,7 @@ def _good(finished: Sequence[FrozenTrial], context: Mapping[str, Any], study: st
     short is no measurement (`measured`), even where it was recorded as one."""
     requests = (context.get("workload") or {}).get("requests")
     eligible = [t for t in finished if t.state == TrialState.COMPLETE and t.user_attrs.get("feasible") is True
-                and _violation(t) <= 0 and t.values and measured(t.user_attrs, requests)]
+                and violation(t) <= 0 and t.values and measured(t.user_attrs, requests)]
     sign = 1.0 if maximize else -1.0
     ranked: list[FrozenTrial] = []
     seen: set[str] = set()
@@ -294,7 +146,9 @@ def render(knowledge: Knowledge, fmt: str, command: str) -> str:
         return json.dumps(document, indent=2) + "\n"
     head = (f"# What the failures of {knowledge.source} showed, for `python -m tuner run --learn-from FILE`.\n"
             "# Each entry: the values, how they failed, on what (context), in how many trials (count; blame: how\n"
-            "# many failures' worth, values that only ever failed together sharing them), the first message.\n"
+            "# many failures' worth, values that only ever failed together sharing them), the trials that ran\n"
+            "# fine with them (ran_fine), the first message. suspected: fewer than 2 failures point at it alone,\n"
+            "# or a trial ran fine with it; its sentence (reads) says 'may'.\n"
             "# ran: the backends and switches that ran and passed the gate, and on what; a later study on the\n"
             "# same GPUs and engine version counts a value none of its sources ran as a little likelier to fail.\n")
     return head + yaml.dump(document, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=200,
@@ -306,27 +160,6 @@ class _Dumper(yaml.SafeDumper):
 
     def ignore_aliases(self, data: Any) -> bool:
         return True
-
-
-def export(storage: str, study_name: str | None, out: str, notes: Sequence[str] = ()) -> Path | None:
-    """`knowledge export`: the study's lessons to `out` (.json: JSON, else YAML; '-': stdout), whole or not at all.
-    The first line on stderr names the study and the file, then each entry as it reads."""
-    study = load_study(storage, study_name)
-    knowledge = knowledge_of_study(study)
-    fmt = "json" if out.endswith(".json") else "yaml"
-    command = shlex.join(["python", "-m", "tuner", "knowledge", "export", "--storage", redact_url(storage),
-                          "--study", study.study_name, "--out", out])
-    text = render(knowledge, fmt, command)
-    path = None if out == "-" else Path(out)
-    if path is not None:
-        write_atomically(path, text)
-    count = len(knowledge.lessons)
-    print(f"study '{study.study_name}' ({redact_url(storage)}): {count} entr{'y' if count == 1 else 'ies'} "
-          f"written to {path or 'stdout'}", *(f"  {lesson.reads()}" for lesson in knowledge.lessons), *notes,
-          sep="\n", file=sys.stderr, flush=True)
-    if path is None:
-        sys.stdout.write(text)
-    return path
 
 
 def read_knowledge(path: str | Path) -> Knowledge:
@@ -391,7 +224,7 @@ def _lesson(entry: Any, where: str) -> Lesson:
                              "flashinfer}")
     for name, value in values.items():
         if isinstance(value, Mapping):
-            if len(value) != 1 or next(iter(value)) not in (AT_LEAST, AT_MOST) or not _is_number(
+            if len(value) != 1 or next(iter(value)) not in (AT_LEAST, AT_MOST) or not is_number(
                     next(iter(value.values()))):
                 raise KnowledgeError(f"{where}.values.{name}: a range is {{{AT_LEAST}: N}} or {{{AT_MOST}: N}}",
                                      f"write e.g. {name}: {{{AT_LEAST}: 96}}")
@@ -419,36 +252,16 @@ def _lesson(entry: Any, where: str) -> Lesson:
     if not (isinstance(count, int) and not isinstance(count, bool) and count >= 1):
         raise KnowledgeError(f"{where}.count must be a whole number of trials (1 or more), got {count!r}",
                              "write e.g. count: 2")
-    if not (_is_number(blame) and 0 < blame <= count and math.isfinite(blame)):
+    if not (is_number(blame) and 0 < blame <= count and math.isfinite(blame)):
         raise KnowledgeError(f"{where}.blame must be a number in (0, count], got {blame!r}",
                              "write e.g. blame: 1.0, or leave it out")
     trials = entry.get("trials", [])
     if not isinstance(trials, list) or not all(isinstance(n, int) for n in trials):
         raise KnowledgeError(f"{where}.trials must be a list of trial numbers", "write e.g. trials: [3, 7]")
+    ran_fine = entry.get("ran_fine")  # files from before it was written: not known
+    if ran_fine is not None and not (isinstance(ran_fine, int) and not isinstance(ran_fine, bool) and ran_fine >= 0):
+        raise KnowledgeError(f"{where}.ran_fine must be a whole number of trials (0 or more), got {ran_fine!r}",
+                             "write e.g. ran_fine: 0, or leave it out")
+    # `suspected` is not read: the counts say it (Lesson.suspected).
     return Lesson(dict(values), kind, dict(context), count, float(blame), str(entry.get("evidence") or ""),
-                  str(entry.get("study") or ""), tuple(trials), capture)
-
-
-def _within(value: Any, want: Any) -> bool:
-    if isinstance(want, Mapping):
-        if not _is_number(value):
-            return False
-        bound = want.get(AT_LEAST, want.get(AT_MOST))
-        return value >= bound if AT_LEAST in want else value <= bound
-    if isinstance(want, bool) or isinstance(value, bool):  # True is not 1: a switch is not a size
-        return value is want
-    return value == want
-
-
-def _value_text(value: Any) -> str:
-    if isinstance(value, Mapping):
-        ((side, bound),) = value.items()
-        return f"{'>=' if side == AT_LEAST else '<='} {bound}"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
+                  str(entry.get("study") or ""), tuple(trials), capture, ran_fine=ran_fine)

@@ -1,4 +1,5 @@
-"""`run --learn-from`: which earlier studies and knowledge files a run learns from, and what it says of them.
+"""`run --learn-from`: which earlier studies and knowledge files a run learns from, and what it says of them; and
+`knowledge export`, which writes a study's knowledge to such a file.
 
 A source is a study of the run's storage (its name), another storage (`sqlite:///other.db`: its studies;
 `URL#study`: one), or a knowledge file (`knowledge export`'s YAML or JSON). Without --learn-from, the studies of
@@ -8,6 +9,8 @@ cold. What is carried, and how much, is tuner/search/_warm.py's to say.
 
 from __future__ import annotations
 
+import shlex
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,10 +19,11 @@ from typing import Any
 import optuna
 
 from .._errors import KnowledgeError, StorageError
+from .._files import write_atomically
 from .._redact import redact_url
 from ._context import ATTR as CONTEXT_ATTR, richness
-from ._knowledge import Knowledge, knowledge_of_study, read_knowledge
-from ._study import open_storage, stored_study_names
+from ._knowledge import Knowledge, knowledge_of_study, read_knowledge, render
+from ._study import load_study, open_storage, stored_study_names
 from ._warm import PARTS, WEIGHTS_SOURCE, WarmStart
 
 NONE = "none"
@@ -150,6 +154,9 @@ def line(warm: WarmStart, learning: Learning) -> str:
         said = f"{used.lessons} lesson{'' if used.lessons == 1 else 's'}"
         if used.first:
             said += f", {used.first} configuration{'' if used.first == 1 else 's'} to try first"
+        if used.unfit:
+            said += f", {used.unfit} configuration{'' if used.unfit == 1 else 's'} left out: no tensor-parallel " \
+                    "size of this space holds this model with them"
         parts.append(f"{used.source} ({said})")
     told = "; ".join(parts)
     left = [p for p in PARTS if p not in warm.parts]
@@ -186,3 +193,24 @@ def describe(attr: Mapping[str, Any], first_trials: Mapping[str, list[int]]) -> 
             text += f", its configurations tried as trial{'s' if len(trials) > 1 else ''} {', '.join(map(str, trials))}"
         parts.append(text)
     return "; ".join(parts) or "nothing"
+
+
+def export_knowledge(storage: str, study_name: str | None, out: str, notes: Sequence[str] = ()) -> Path | None:
+    """`knowledge export`: the study's lessons to `out` (.json: JSON, else YAML; '-': stdout), whole or not at all.
+    The first line on stderr names the study and the file, then each entry as it reads."""
+    study = load_study(storage, study_name)
+    knowledge = knowledge_of_study(study)
+    fmt = "json" if out.endswith(".json") else "yaml"
+    command = shlex.join(["python", "-m", "tuner", "knowledge", "export", "--storage", redact_url(storage),
+                          "--study", study.study_name, "--out", out])
+    text = render(knowledge, fmt, command)
+    path = None if out == "-" else Path(out)
+    if path is not None:
+        write_atomically(path, text)
+    count = len(knowledge.lessons)
+    print(f"study '{study.study_name}' ({redact_url(storage)}): {count} entr{'y' if count == 1 else 'ies'} "
+          f"written to {path or 'stdout'}", *(f"  {lesson.reads()}" for lesson in knowledge.lessons), *notes,
+          sep="\n", file=sys.stderr, flush=True)
+    if path is None:
+        sys.stdout.write(text)
+    return path

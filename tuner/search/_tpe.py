@@ -55,7 +55,6 @@ slowest as well, and a wrongly blamed flag value was then shunned twice over).
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -66,8 +65,9 @@ from optuna.distributions import BaseDistribution
 from optuna.samplers._tpe.sampler import _split_trials, default_gamma
 from optuna.trial import FrozenTrial, TrialState
 
-from .._failures import FailureKind, failed_capturing
+from .._failures import failed_capturing
 from ..spec import Space
+from ._blame import AT, DOWN, UP, Shown, captures_graphs, choice_key, is_number, is_ordered, violation
 
 if TYPE_CHECKING:
     from ._warm import Prior
@@ -177,7 +177,7 @@ class CrashAwareTPE(optuna.samplers.TPESampler):
     def _incumbent(self, study: optuna.Study) -> FrozenTrial | None:
         """The best trial that ran (the baseline, at first); with two objectives, best by the first."""
         ran = [t for t in study._get_trials(deepcopy=False, states=(TrialState.COMPLETE,), use_cache=True)
-               if _violation(t) <= 0 and t.values]
+               if violation(t) <= 0 and t.values]
         if not ran:
             return None
         sign = 1.0 if study.directions[0] == optuna.study.StudyDirection.MAXIMIZE else -1.0
@@ -220,7 +220,7 @@ class CrashAwareTPE(optuna.samplers.TPESampler):
         # runs is RunOdds' to say. Optuna puts failed trials among the worst, so a flag value blamed wrongly
         # (a DP split that crashed with a backend that never runs) was shunned twice over: on the generated
         # training landscapes this cut the median restarts to 98% on 6 of 10 (benchmarks/search_efficiency.py).
-        ran = [t for t in trials if t.state == TrialState.RUNNING or _violation(t) <= 0]
+        ran = [t for t in trials if t.state == TrialState.RUNNING or violation(t) <= 0]
         if sum(t.state != TrialState.RUNNING for t in ran) >= 2:
             trials = ran
         n = sum(t.state != TrialState.RUNNING for t in trials)
@@ -377,13 +377,13 @@ class GraphCover:
         if param is None or param.type not in ("categorical", "int"):
             return None
         sizes = param.grid()
-        if not all(_is_number(n) for n in sizes):
+        if not all(is_number(n) for n in sizes):
             return None
         return cls(param.name, tuple(sorted(sizes)), engine.batch_limit_flag, engine.replica_flag, load, space)
 
     def cover(self, values: Mapping[str, Any]) -> dict[str, Any]:
         size = values.get(self.flag)
-        if not _is_number(size):
+        if not is_number(size):
             return dict(values)
         batch = math.ceil(self.load / max(1, self._value(values, self.replica_flag) or 1))
         limit = self._value(values, self.limit_flag)
@@ -398,7 +398,7 @@ class GraphCover:
 
     def _value(self, values: Mapping[str, Any], flag: str | None) -> int | None:
         value = values.get(flag, self.space.fixed.get(flag)) if flag else None
-        return int(value) if _is_number(value) else None
+        return int(value) if is_number(value) else None
 
 
 @dataclass(frozen=True)
@@ -423,99 +423,19 @@ class BatchLimit:
     def log_share(self, params: Mapping[str, Any]) -> float:
         """log of the share of the load admitted at once (0 where all of it is, or the limit is not set)."""
         limit = params.get(self.flag)
-        if not _is_number(limit) or limit <= 0:
+        if not is_number(limit) or limit <= 0:
             return 0.0
         # Each replica has a scheduler of its own, started with the same flags (SGLang 0.5.23's
         # data_parallel_controller.py leaves the limit alone); ranks under DP attention share one limit
         # (model_executor/pool_configurator.py divides it by attn_dp_size), so this overcounts there: the
         # weight errs towards no penalty.
         replicas = params.get(self.replica_flag) if self.replica_flag else None
-        if _is_number(replicas) and replicas > 1:
+        if is_number(replicas) and replicas > 1:
             limit *= replicas
         return min(0.0, math.log(limit / self.load))
 
 
 PRIOR_STRENGTH = 1.0  # how many trials' worth the overall run rate counts for a choice seen rarely
-# The share of a failure's blame that goes to ordered flags (numbers: sizes, fractions, limits) when unordered
-# choices (backends, dtypes, switches) are suspects too. Running out of memory is what a larger size or
-# fraction does; NaN, garbage and a failed capture are what a kernel does.
-_ORDERED_SHARE = {FailureKind.OOM: 0.75, FailureKind.NAN: 0.25, FailureKind.GARBAGE: 0.25,
-                  FailureKind.GRAPH_CAPTURE_FAILED: 0.25, FailureKind.WRONG_ANSWER: 0.25,
-                  FailureKind.INCONSISTENT_LOGPROBS: 0.25}
-UP, DOWN, AT = 1, -1, 0  # a blame on an ordered flag covers its value and those above, below, or it alone
-
-
-@dataclass(frozen=True)
-class Blame:
-    """A failed trial's blame on one suspect, and its share of the trial's blame (a trial's shares add up to 1).
-    A choice alone, an ordered value with the side of it that is suspect, or a pair of the two: the choice
-    together with the ordered flag beyond every value it ran with."""
-
-    weight: float
-    choice: tuple[str, Any] | None = None  # (flag, _key(value)) of an unordered flag
-    ordered: tuple[str, float, int] | None = None  # (flag, value, side) of an ordered one
-    shared: bool = False  # nothing in the trial was unproven: shared by all its values, none singled out
-
-
-@dataclass
-class Shown:
-    """What a set of trials shows to run, and the blame each failed one puts on what did not (RunOdds's rules)."""
-
-    failed: list[FrozenTrial]
-    base: float  # the overall run rate, drawn towards 1/2
-    runs: dict[tuple[str, Any], int]  # by choice: the trials that ran with it
-    ran_values: dict[str, list[float]]  # by ordered flag: its values in the trials that ran
-    ran_with: dict[tuple[tuple[str, Any], str], list[float]]  # by (choice, ordered flag): its values with the choice
-
-    @classmethod
-    def of(cls, trials: Sequence[FrozenTrial]) -> Shown:
-        """Trials refused for breaking a declared constraint are not failures of any choice."""
-        counted = [t for t in trials if t.user_attrs.get("failure_kind") != FailureKind.INVALID_CONFIG]
-        ran = [t for t in counted if _violation(t) <= 0]
-        failed = [t for t in counted if _violation(t) > 0]
-        runs: dict[tuple[str, Any], int] = {}
-        ran_values: dict[str, list[float]] = {}
-        ran_with: dict[tuple[tuple[str, Any], str], list[float]] = {}
-        for t in ran:
-            choices, values = _choices(t), _ordered(t)
-            for choice in choices:
-                runs[choice] = runs.get(choice, 0) + 1
-            for name, value in values.items():
-                ran_values.setdefault(name, []).append(value)
-                for choice in choices:
-                    ran_with.setdefault((choice, name), []).append(value)
-        return cls(failed, (len(ran) + 1) / (len(counted) + 2), runs, ran_values, ran_with)
-
-    def blames(self, t: FrozenTrial) -> list[Blame]:
-        """Where a failed trial puts its blame (RunOdds's docstring has the rules)."""
-        choices, values = _choices(t), _ordered(t)
-        weight = 1.0  # of the blame, what the rules below share out
-        out = []
-        if fixes := [(name, side) for name, side in _named_fixes(t) if name in values]:
-            # Half on the values the message calls too small (or too large) and those beyond them; half as
-            # for any other failure, over the rest (the split may need more GPUs than a fraction makes up for).
-            weight = 0.5
-            out += [Blame(weight / len(fixes), ordered=(name, values.pop(name), side)) for name, side in fixes]
-        suspects = [c for c in choices if c not in self.runs]
-        ordered_suspects = [(name, value, side) for name, value in values.items()
-                            if (side := _unproven_side(value, self.ran_values.get(name, ()))) is not None]
-        shared = False
-        if not suspects and not ordered_suspects:  # an interaction of flags that each ran elsewhere
-            # A choice that ran, but never with a value this far (an FP8 KV cache that ran at batch 64 and
-            # gives NaN at 512, where the default dtype runs): the pair is to blame, not either alone.
-            pairs = [(c, name, value, side) for c in choices for name, value in values.items()
-                     if (side := _unproven_side(value, self.ran_with.get((c, name), ()))) is not None]
-            if pairs:
-                return out + [Blame(weight / len(pairs), choice=c, ordered=(name, value, side))
-                              for c, name, value, side in pairs]
-            suspects, ordered_suspects, shared = choices, [(name, value, AT) for name, value in values.items()], True
-        share = _ORDERED_SHARE.get(t.user_attrs.get("failure_kind"), 0.5) if suspects else 1.0
-        if not ordered_suspects:
-            share = 0.0
-        out += [Blame(weight * (1.0 - share) / len(suspects), choice=c, shared=shared) for c in suspects]
-        out += [Blame(weight * share / len(ordered_suspects), ordered=(name, value, side), shared=shared)
-                for name, value, side in ordered_suspects]
-        return out
 
 
 class RunOdds:
@@ -526,9 +446,9 @@ class RunOdds:
     where failures are mostly monotone (a server that runs out of memory at max batch 96 does so at 128 too,
     and may well run at 48), it is the failed value and everything beyond it on the side where no trial
     has run: above the largest value that ran, or below the smallest. The blame is split between the two
-    kinds of suspect by the failure's kind (`_ORDERED_SHARE`: an OOM points at sizes, a NaN at kernels), then
-    equally within each. A message that names its fix (`_named_fixes`) puts half of the blame on the flag it
-    names, on the side its fix moves away from, and the other half goes by these rules. If nothing in the
+    kinds of suspect by the failure's kind (an OOM points at sizes, a NaN at kernels), then equally within
+    each. A message that names its fix puts half of the blame on the flag it names, on the side its fix moves
+    away from, and the other half goes by these rules. If nothing in the
     trial is unproven, the failure is an interaction: of a choice with an ordered value beyond every value that
     ran with that choice (an FP8 KV cache run at batch 64, failing at 512 where the default dtype runs), blamed
     on that pair and the far side, or, where there is no such pair, shared by all of its choices and values.
@@ -538,6 +458,8 @@ class RunOdds:
     pair's alike, over the runs with its choice. A configuration runs only if every flag in it does: its chance
     is that of its weakest unordered choice, times that of each ordered value and pair under blame. Trials
     refused for breaking a declared constraint are not failures of any choice.
+
+    The blame rules are tuner/search/_blame.py's (`Shown.blames`), shared with a study's lessons (_lessons.py).
     """
 
     def __init__(self, log_by_choice: dict[tuple[str, Any], float], log_unseen: dict[str, float],
@@ -595,13 +517,13 @@ class RunOdds:
             dist = search_space.get(name)
             if dist is None:
                 continue
-            if _is_ordered(dist):
+            if is_ordered(dist):
                 values[name] = float(value)
                 ordered += _log_run_ordered(self._ordered_blame.get(name, ()), self._ran_values.get(name, ()),
                                             values[name])
             else:
-                choices.append((name, _key(value)))
-                weakest = min(weakest, self._log.get((name, _key(value)), self._unseen.get(name, self._base)))
+                choices.append((name, choice_key(value)))
+                weakest = min(weakest, self._log.get((name, choice_key(value)), self._unseen.get(name, self._base)))
         for (choice, name), blames in self._pair_blame.items():
             if choice in choices and name in values:
                 ordered += _log_run_ordered(blames, self._ran_with.get((choice, name), ()), values[name])
@@ -617,15 +539,6 @@ def _log_run_ordered(blames: Sequence[tuple[float, int, float]], ran: Sequence[f
             runs = sum(_covers(value, side, r) for r in ran)
             worst = min(worst, math.log((runs + PRIOR_STRENGTH) / (runs + blame + PRIOR_STRENGTH)))
     return worst
-
-
-# Each flag, with the value that turns CUDA graph capture off (SGLang's, then vLLM's).
-_GRAPHS_OFF = {"disable-cuda-graph": True, "disable-decode-cuda-graph": True, "cuda-graph-backend-decode": "disabled",
-               "enforce-eager": True}
-
-
-def _captures_graphs(params: Mapping[str, Any]) -> bool:
-    return not any(params.get(flag) == value for flag, value in _GRAPHS_OFF.items())
 
 
 class GraphAwareOdds:
@@ -653,78 +566,19 @@ class GraphAwareOdds:
         # A graphs-off run proves nothing about capture: counted here, it made a backend look safe to
         # capture with, and the search failed capture with it again and again.
         attempts = [t for t, failed in zip(trials, failed_capture)
-                    if failed or (_violation(t) <= 0 and _captures_graphs(t.params))]
+                    if failed or (violation(t) <= 0 and captures_graphs(t.params))]
         return cls(general, RunOdds.learn(attempts))
 
     def log_run(self, params: Mapping[str, Any], search_space: Mapping[str, BaseDistribution]) -> float:
         log = self._general.log_run(params, search_space)
-        if self._capture is not None and _captures_graphs(params):
+        if self._capture is not None and captures_graphs(params):
             log += self._capture.log_run(params, search_space)
         return log
-
-
-# A failure that names its fix: SGLang's "Not enough memory. Please try to increase --mem-fraction-static."
-# (model_runner.py, no memory left for the KV cache once the weights are loaded: a model split over too few
-# GPUs at a fraction too small for it), vLLM's "No available memory for the cache blocks. Try increasing
-# `gpu_memory_utilization`" and "... or decreasing `max_model_len`" (v1/core/kv_cache_utils.py). Blamed by
-# the rules for running out of memory, the first pointed at the larger fractions, the ones that would run.
-_FIX = re.compile(r"\b(increas|decreas)(?:e|ing) (?:--|`)([a-z0-9][a-z0-9_-]*)")
-
-
-def _named_fixes(trial: FrozenTrial) -> list[tuple[str, int]]:
-    """The flags the failure's message asks to change, each with the side its failed value is on: DOWN for
-    one to increase (it and smaller values are to blame), UP for one to decrease."""
-    return [(flag.replace("_", "-"), DOWN if verb == "increas" else UP)
-            for verb, flag in _FIX.findall(str(trial.user_attrs.get("failure_message", "")))]
 
 
 def _covers(value: float, side: int, other: float) -> bool:
     """Whether `other` lies on `side` of `value` (or is it)."""
     return other == value or (side == UP and other > value) or (side == DOWN and other < value)
-
-
-def _unproven_side(value: float, ran: Sequence[float]) -> int | None:
-    """Where a failed value lies beyond every value that ran, if it does. Never run at all: above (larger
-    sizes and fractions are what run out of memory and meet untested batch shapes)."""
-    above = any(r >= value for r in ran)
-    below = any(r <= value for r in ran)
-    if not above:
-        return UP
-    if not below:
-        return DOWN
-    return None
-
-
-def _is_ordered(dist: BaseDistribution) -> bool:
-    if isinstance(dist, (optuna.distributions.IntDistribution, optuna.distributions.FloatDistribution)):
-        return True
-    return isinstance(dist, optuna.distributions.CategoricalDistribution) and all(map(_is_number, dist.choices))
-
-
-def _is_number(value: Any) -> bool:
-    """An int or a float, not a bool (which Python counts as an int)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _ordered(trial: FrozenTrial) -> dict[str, float]:
-    return {name: float(value) for name, value in trial.params.items()
-            if (dist := trial.distributions.get(name)) is not None and _is_ordered(dist)}
-
-
-def _choices(trial: FrozenTrial) -> list[tuple[str, Any]]:
-    """The trial's unordered choices."""
-    return [(name, _key(value)) for name, value in trial.params.items()
-            if isinstance(dist := trial.distributions.get(name), optuna.distributions.CategoricalDistribution)
-            and not _is_ordered(dist)]
-
-
-def _key(value: Any) -> Any:
-    """A hashable stand-in for a choice (choices are str, int, float, bool or None)."""
-    return (type(value).__name__, value)
-
-
-def _violation(trial: FrozenTrial) -> float:
-    return sum(v for v in trial.constraints.values() if v > 0)
 
 
 def _external(samples: dict[str, np.ndarray], search_space: Mapping[str, BaseDistribution]) -> list[dict[str, Any]]:

@@ -43,8 +43,8 @@ from optuna.trial import FrozenTrial
 
 from .._failures import KERNEL, MEMORY, FailureKind
 from ..spec import Param, Space
+from ._blame import is_number, violation
 from ._knowledge import AT_LEAST, AT_MOST, GoodConfig, Knowledge, Lesson
-from ._tpe import _is_number, _violation
 
 KERNEL_WEIGHT = 20.0  # failed trials of this study that one kernel failure on the same GPU and version counts as
 MEMORY_WEIGHT = 20.0  # and one out-of-memory failure, its bounds moved to this model and GPUs
@@ -91,7 +91,16 @@ PARTS = {
     "configs": "earlier studies' best configurations, tried right after the baseline",
     "around": "with carried configurations, every startup trial explores around the best so far",
 }
-DEFAULT_PARTS = frozenset(PARTS)
+# Each part alone against cold on the training families 0-3 (benchmarks/transfer.py --split, docs/learning.md):
+# restarts to 98% of the optimum as a ratio of cold's, and the worst family's gap in restarts.
+MEASURED = {"crashes": "0.88x cold's restarts, worst family +0.5", "oom": "1.20x, worst family +4",
+            "untried": "0.73x, worst family +1", "configs": "0.95x, worst family +7",
+            "around": "0.73x, worst family +8.5"}
+# Crash lessons only (issue 47's fallback). Crashes and untried values, the parts that never cost a training family
+# over 3 restarts, took one fresh family (4400-4405) 7 over cold; an OOM bound learnt on another model misleads as
+# often as it helps, and carried configurations and the search around them cost up to 7 and 8.5 restarts where the
+# next model differs in size, GPUs or workload (docs/learning.md).
+DEFAULT_PARTS = frozenset({"crashes"})
 
 
 def parse_parts(text: str) -> frozenset[str]:
@@ -148,7 +157,7 @@ class Prior:
 
 def _ran_here(finished: Sequence[FrozenTrial]) -> list[FrozenTrial]:
     """This study's trials that ran and passed the gate (an invalid configuration never ran)."""
-    return [t for t in finished if _violation(t) <= 0
+    return [t for t in finished if violation(t) <= 0
             and t.user_attrs.get("failure_kind") != FailureKind.INVALID_CONFIG]
 
 
@@ -185,6 +194,7 @@ class SourceUse:
     first: int  # configurations tried right after the baseline
     similarity: float | None  # of a study's context to this one's; None for a file
     told: tuple[str, ...] = ()  # the carried lessons as they read, strongest first
+    unfit: int = 0  # good configurations left out: no tensor-parallel size of this space holds this model with them
 
 
 @dataclass(frozen=True)
@@ -197,7 +207,8 @@ class WarmStart:
     def to_attr(self) -> dict[str, Any]:
         return {"carry": [p for p in PARTS if p in self.parts], "sources": [{"source": u.source, "lessons": u.lessons, "first": u.first,
                              **({"similarity": round(u.similarity, 2)} if u.similarity is not None else {}),
-                             **({"told": list(u.told[:MAX_TOLD])} if u.told else {})}
+                             **({"told": list(u.told[:MAX_TOLD])} if u.told else {}),
+                             **({"unfit": u.unfit} if u.unfit else {})}
                             for u in self.used]}
 
     def resumed(self) -> WarmStart:
@@ -245,8 +256,12 @@ def warm_start(knowledge: Sequence[Knowledge], space: Space, context: Mapping[st
     ghosts: list[Ghost] = []
     carried_good: list[dict[str, Any]] = []
     seen = [dict(space.baseline)] if space.baseline is not None else []
+    unfit: dict[str, int] = {}
     for score, good, k in candidates:
-        params = fit_memory(adapt(good.params, space), space, k.context, context) if score > 0 else None
+        adapted = adapt(good.params, space) if score > 0 else None
+        params = fit_memory(adapted, space, k.context, context)
+        if adapted is not None and params is None:
+            unfit[k.source] = unfit.get(k.source, 0) + 1
         if params is None or params in carried_good:
             continue
         carried_good.append(params)
@@ -258,7 +273,8 @@ def warm_start(knowledge: Sequence[Knowledge], space: Space, context: Mapping[st
             seen.append(params)
     used = tuple(SourceUse(k.source, len(told.get(k.source, [])), sum(s == k.source for _, s in first),
                            similar.get(k.source), tuple(c.lesson.reads() for c in sorted(
-                               told.get(k.source, []), key=lambda c: -c.weight)))
+                               told.get(k.source, []), key=lambda c: -c.weight)),
+                           unfit.get(k.source, 0) if "configs" in parts else 0)
                  for k in knowledge)
     if weights is not None:
         used = (SourceUse(WEIGHTS_SOURCE, 1, 0, None, (f"`{weights.reads_values()}` is likely to run out of memory "
@@ -279,7 +295,7 @@ def weight_lesson(space: Space, context: Mapping[str, Any]) -> Lesson | None:
     # Pipeline stages split the weights too: a size alone no longer says how much each GPU holds.
     if heavy is None or name is None or any(n in space.params for n in PP_FLAGS):
         return None
-    short = [v for v in space.params[name].grid() if _is_number(v) and heavy / v > HOLDS]
+    short = [v for v in space.params[name].grid() if is_number(v) and heavy / v > HOLDS]
     if not short:
         return None
     return Lesson({name: {AT_MOST: max(short)}}, FailureKind.OOM, dict(context),
@@ -335,7 +351,7 @@ def scale_memory(lesson: Lesson, target: Mapping[str, Any]) -> Lesson:
     values: dict[str, Any] = {}
     for name, want in lesson.values.items():
         side, bound = next(iter(want.items())) if isinstance(want, Mapping) else (None, want)
-        if not _is_number(bound):
+        if not is_number(bound):
             values[name] = want
         elif name in TP_FLAGS and side != AT_LEAST:
             values[name] = {AT_MOST: _bound(bound * heavy / their_heavy)}

@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import os
 
-from ._args import build_parser, refused_config_keys
-from ._flags import VERSIONS as FLAG_VERSIONS, table as flag_table
 from ._model import GiB, PerfModel, kv_bytes_per_token_per_gpu, weight_split
 from ._predict import Prediction, predict, server_values
 from ._profile import DEFAULT_PROFILE, Profile, ProfileError, load_profile, profile_from_mapping, shipped_profiles
 from ._resolve import Knobs, resolve
 
-__all__ = ["FLAG_VERSIONS", "GiB", "Knobs", "PerfModel", "Prediction", "Profile", "ProfileError", "build_parser",
-           "flag_table", "kv_bytes_per_token_per_gpu", "load_profile", "predict", "profile_from_mapping",
-           "refused_config_keys", "resolve", "server_values", "shipped_profiles", "weight_split"]
+__all__ = ["GiB", "Knobs", "PerfModel", "Prediction", "Profile", "ProfileError", "kv_bytes_per_token_per_gpu",
+           "load_profile", "predict", "profile_from_mapping", "resolve", "server_values", "shipped_profiles",
+           "weight_split"]
 
 
 def __getattr__(name: str) -> str:

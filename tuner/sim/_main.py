@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ._args import parse_argv
+from ..flags import parse_argv
 from ._events import mark
 from ._faults import Faults, parse_faults
 from ._http import HttpRequest, HttpServer

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ._args import defaults, parse_argv
+from ..flags import defaults, parse_argv
 from ._engine import Crash, Req, Scheduler
 from ._profile import Profile, load_profile
 from ._setup import Setup, make_setup

@@ -164,12 +164,6 @@ def run_gate(client: httpx.Client, engine: Engine, spec: GateSpec, *, stage: str
                     fail(FailureKind.INCONSISTENT_LOGPROBS, item.prompt,
                          f"decode and re-prefill logprobs differ by {diff:.4f} on average "
                          f"(tolerance {spec.logprob_tolerance})", completion)
-                base = (reference_diffs or {}).get(item.prompt)
-                excess = spec.logprob_excess_tolerance
-                if base is not None and excess is not None and diff - base > excess:
-                    fail(FailureKind.INCONSISTENT_LOGPROBS, item.prompt,
-                         f"decode and re-prefill logprobs differ by {diff:.4f} on average, {diff - base:.4f} more "
-                         f"than the baseline's (logprob-excess-tolerance {excess})", completion)
                 passed.add("logprob-consistency")
         if spec.enabled("baseline-agreement") and reference and item.prompt in reference:
             want = reference[item.prompt][: spec.agreement_tokens]
@@ -190,6 +184,19 @@ def run_gate(client: httpx.Client, engine: Engine, spec: GateSpec, *, stage: str
                          f"{spec.agreement_tie_tolerance})", completion)
                 divergences.append(Divergence(item.prompt, at, margin))
             passed.add("baseline-agreement")
+
+    # Against the baseline's own differences: the worst prompt here against the baseline's worst, not prompt by
+    # prompt. Healthy kernels round each prompt differently: triton against flashinfer on an H100 differed by
+    # 0.023 on one prompt, and their worst prompts by 0.002 (docs/gpu-sglang-0517-reruns, trial 3).
+    judged = [p for p in diffs if (reference_diffs or {}).get(p) is not None]
+    excess = spec.logprob_excess_tolerance
+    if judged and excess is not None:
+        worst = max(judged, key=diffs.__getitem__)
+        over = diffs[worst] - max(reference_diffs[p] for p in judged)
+        if over > excess:
+            fail(FailureKind.INCONSISTENT_LOGPROBS, worst,
+                 f"decode and re-prefill logprobs differ by {diffs[worst]:.4f} on average on the worst prompt, "
+                 f"{over:.4f} more than the baseline's worst (logprob-excess-tolerance {excess})", alone[worst])
 
     # The self-comparisons need no known answer: they run on any model, before load and again after it.
     if spec.enabled("batch-consistency") and shape.batch_size:

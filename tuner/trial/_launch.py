@@ -60,10 +60,11 @@ def launch(request: LaunchRequest) -> ServerProcess:
                                      start_new_session=True)
         except FileNotFoundError:
             raise UsageError(f"server command not found: {request.argv[0]}",
-                             "fix server.command in the space file or install the engine") from None
+                             "fix server.command in the space file (or pass --server-python), or install the "
+                             "engine") from None
         except PermissionError:
             raise UsageError(f"server command is not executable: {request.argv[0]}",
-                             "fix server.command in the space file") from None
+                             "fix server.command in the space file (or pass --server-python)") from None
     # Recorded so that a worker restarted after being killed can end what it left running,
     # and only that: pid plus start time identify the process even if the pid is reused.
     ticks = start_time(popen.pid)

@@ -17,6 +17,7 @@ from .._failures import CUDA_GRAPH_CAPTURE, FAILED_IN, HUNG_IN, FailureKind, Tri
 from ..engines import Engine
 from ._launch import ServerProcess
 from ._logwatch import LogWatcher
+from ._tls import tls_context
 
 # A fatal line is usually followed by the lines that explain it and by the process exiting;
 # waiting this long for them gives a better failure kind without costing real time.
@@ -93,7 +94,8 @@ def _generates(client: httpx.Client, path: str, timeout: float, alive) -> int:
     it may take a while (first-use compilation) or never end (the server died under it)."""
     pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="readiness")
     try:
-        future = pool.submit(httpx.get, str(client.base_url.join(path)), headers=client.headers, timeout=timeout)
+        future = pool.submit(httpx.get, str(client.base_url.join(path)), headers=client.headers, timeout=timeout,
+                             verify=tls_context())
         while True:
             try:
                 return future.result(timeout=0.1).status_code

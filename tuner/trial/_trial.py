@@ -23,6 +23,7 @@ from ..engines import Engine
 from ..spec import ServerConfig, Spec
 from ._gate import GateResult, gate_shape, run_gate
 from ._launch import LaunchRequest, ServerProcess, launch
+from ._tls import tls_context
 from ._logwatch import LogWatcher
 from ._probe import ProbeResult, run_probe
 from ._readiness import SETTLE_S, check_alive, wait_until_ready
@@ -114,7 +115,7 @@ def run_trial(ctx: TrialContext, plan: TrialPlan) -> TrialResult:
             server = launch(LaunchRequest(argv, env, plan.workdir, spec.server.host, plan.port, plan.gpu_ids))
         result.log_path = server.log_path
         watcher = LogWatcher(server.log_path, engine)
-        with httpx.Client(base_url=server.base_url, headers=headers,
+        with httpx.Client(base_url=server.base_url, headers=headers, verify=tls_context(),
                           timeout=httpx.Timeout(spec.gate.request_timeout, connect=5.0)) as client:
             with stage("readiness"):
                 ready = wait_until_ready(server, engine, watcher, client, spec.server.startup_timeout,

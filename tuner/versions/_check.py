@@ -14,6 +14,7 @@ from functools import lru_cache
 
 from .._errors import FlagCheckError, UsageError
 from ..engines import RENAMES
+from ..flags import build_parser
 from ..spec import Spec, did_you_mean
 
 _OPTION = re.compile(r"(?<![\w-])(--[A-Za-z0-9][\w-]*)(?:[ =](\{[^}]*\}))?")
@@ -59,7 +60,7 @@ def server_help(command: Sequence[str], env: Mapping[str, str], timeout: float =
                               timeout=timeout, stdin=subprocess.DEVNULL)
     except FileNotFoundError:
         raise UsageError(f"server command not found: {command[0]}",
-                         "fix server.command in the space file or install the engine") from None
+                         "fix server.command in the space file (or --server-python), or install the engine") from None
     except subprocess.TimeoutExpired:
         raise UsageError(f"'{' '.join(command)} --help' did not finish in {timeout:g} s",
                          "check that the server command starts") from None
@@ -72,8 +73,8 @@ def server_help(command: Sequence[str], env: Mapping[str, str], timeout: float =
             where = f" ({found})" if found and found != command[0] else ""
             raise UsageError(f"the server command '{' '.join(command)}' cannot start: {command[0]}{where} has no "
                              f"module {missing.group(1)}",
-                             "install the engine for that Python (pip install -e '.[gpu]' for SGLang) or point "
-                             "server.command at the Python that has it")
+                             "install the engine for that Python (pip install -e '.[gpu]' for SGLang) or pass "
+                             "--server-python with the Python that has it")
         raise UsageError(f"'{' '.join(command)} --help' failed (exit {done.returncode}): {last}",
                          "check server.command and the environment it runs in")
     return done.stdout
@@ -85,8 +86,6 @@ _MISSING_MODULE = re.compile(r"No module named '?([\w.]+)'?")
 @lru_cache(maxsize=None)
 def version_help(version: str) -> HelpFlags:
     """The flags of an SGLang version the tuner ships a table of, as that version's --help lists them."""
-    from ..sim import build_parser
-
     return parse_help(build_parser(version).format_help())
 
 

@@ -1,6 +1,6 @@
-"""SGLang's command line for one emulated version: an `argparse` parser built from `_flags`, and `--config`.
+"""SGLang's command line for one version: an `argparse` parser built from `_tables`, and `--config`.
 
-The parser is rebuilt from the data file of SGLang's own parser (`_flags`): the same option strings, dests,
+The parser is rebuilt from the data file of SGLang's own parser (`_tables`): the same option strings, dests,
 action classes (argparse's own, and stand-ins of SGLang's custom ones under SGLang's class names, which its
 config merger quotes), type converters under SGLang's function names (argparse quotes them in errors),
 choices, defaults, nargs, metavars, help texts and parser settings (prog, allow_abbrev, prefix_chars), so
@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import yaml
 
-from ._flags import FlagSpec, parser_settings, server_args_fields, table
+from ._tables import FlagSpec, parser_settings, server_args_fields, table
 
 
 def _warn_deprecated(message: str) -> None:

@@ -1,16 +1,16 @@
-"""The command-line flags of each emulated SGLang version, as data read from SGLang's own parser.
+"""The command-line flags of each SGLang version the tuner knows, as data read from SGLang's own parser.
 
-`flags/sglang-<version>.json` is the complete table of the parser `python -m sglang.launch_server` builds
-(0.5.23: 531 flags; 0.5.17: 475; 0.5.6: 288), written by scripts/gen_sim_flags.py from the real package installed without
-its GPU stack by scripts/setup_sglang_ref.sh:
+`sglang-<version>.json` (beside this module) is the complete table of the parser `python -m sglang.launch_server`
+builds (0.5.23: 531 flags; 0.5.17: 475; 0.5.6: 288), written by scripts/gen_sim_flags.py from the real package
+installed without its GPU stack by scripts/setup_sglang_ref.sh:
 
     bash scripts/setup_sglang_ref.sh && .venv-sglang/bin/python scripts/gen_sim_flags.py
     SGLANG_VERSION=0.5.17 bash scripts/setup_sglang_ref.sh && .venv-sglang0517/bin/python scripts/gen_sim_flags.py
     SGLANG_VERSION=0.5.6 bash scripts/setup_sglang_ref.sh && .venv-sglang056/bin/python scripts/gen_sim_flags.py
 
-tests/contract/test_flags_contract.py checks the data and the parser `_args.py` builds from it against the
+tests/contract/test_flags_contract.py checks the data and the parser `_parser.py` builds from it against the
 real parser. Every flag is accepted with SGLang's names, aliases, choices, defaults, types, nargs and
-abbreviation rules; the ones the physics does not model land in the parsed values and change nothing.
+abbreviation rules; the ones the simulator's physics does not model land in the parsed values and change nothing.
 """
 
 from __future__ import annotations
@@ -84,10 +84,10 @@ def _data(version: str) -> dict[str, Any]:
     if version not in VERSIONS:
         raise ValueError(f"unsupported sglang_version {version!r}; the simulator emulates "
                          f"{', '.join(sorted(VERSIONS))}")
-    text = resources.files(__package__).joinpath("flags", f"sglang-{version}.json").read_text()
+    text = resources.files(__package__).joinpath(f"sglang-{version}.json").read_text()
     data = json.loads(text)
     if data.get("sglang_version") != version:
-        raise ValueError(f"flags/sglang-{version}.json holds sglang {data.get('sglang_version')!r}")
+        raise ValueError(f"sglang-{version}.json holds sglang {data.get('sglang_version')!r}")
     return data
 
 
