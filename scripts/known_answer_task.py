@@ -104,9 +104,9 @@ class Sequence:
 
 def sequence(rng: random.Random, vocab: Vocab, length: int, kind: str, far: bool = False) -> Sequence:
     """A stream of items, then a last item of `kind`: at most `length` tokens (BOS and <eos> included), and more
-    than `length - 2 * LAST_MAX`, or a single record where `length` is shorter. `far`: the last look-up asks for a record of 2-4 values from the stream's
-    first quarter, so that its answer lies at least 3/4 of the prompt back and decoding each of its tokens reads
-    there again (held-out examples and gate prompts); else any record."""
+    than `length - 2 * LAST_MAX`, or a single record where `length` is shorter. `far`: the last look-up asks for
+    a record of 2-4 values from the stream's first quarter, so that its answer lies at least 3/4 of the prompt
+    back and decoding each of its tokens reads there again (held-out examples and gate prompts); else any record."""
     if kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r}: use one of {', '.join(KINDS)}")
     v = vocab.id
@@ -157,7 +157,8 @@ def held_out(seed: int, salt: str, vocab: Vocab, length: int, n: int) -> list[Se
     return [sequence(rng, vocab, length, KINDS[i % 2], far=True) for i in range(n)]
 
 
-def training_batch(seed: int, step: int, vocab: Vocab, length: int, batch: int) -> tuple[list[list[int]], list[list[int]]]:
+def training_batch(seed: int, step: int, vocab: Vocab, length: int,
+                   batch: int) -> tuple[list[list[int]], list[list[int]]]:
     """`batch` sequences of exactly `length` tokens (<|pad|> after the last <eos>) and their answer masks; half
     of them end in a look-up, half in a copy."""
     rng = random.Random(f"{seed}/train/{step}")

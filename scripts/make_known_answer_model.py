@@ -1,7 +1,7 @@
 """Train a small Llama from scratch on look-ups and copies whose answers are known exactly (nothing is downloaded).
 
     python3 scripts/make_known_answer_model.py /tmp/known-answer                       # on the GPU: a few minutes
-    .venv-vllm/bin/python scripts/make_known_answer_model.py /tmp/ka --preset tiny     # on a CPU: well under a minute
+    .venv-vllm/bin/python scripts/make_known_answer_model.py /tmp/ka --preset tiny     # on a CPU: a few minutes
     python3 scripts/make_known_answer_model.py --preset gpu --print-gate               # the gate fragment alone
 
 Random weights answer nothing, so a gate can only compare a server with itself. This model answers known
@@ -19,7 +19,7 @@ special_tokens_map.json) in which every key and value is one token. Beside them:
 
 Presets (`PRESETS` below):
   gpu    4 layers, hidden 512, 4 heads of 128, 2 KV heads; trained on up to 8,192 tokens, for one H100 or H200.
-  tiny   2 layers, hidden 64; up to 96 tokens, on a CPU in seconds: for the tests.
+  tiny   2 layers, hidden 64; up to 96 tokens, 2,000 steps on a CPU (a few minutes on 2 busy cores): for the tests.
 
 Deterministic for a given preset, seed, steps and device type (torch's deterministic algorithms; each batch is
 seeded by its step). A folder made with the same recipe is kept. The gate prompts depend on the preset and the
@@ -75,7 +75,7 @@ PRESETS = {
     "gpu": Preset(4, 512, 4, 2, 1536, keys=1536, values=3584, lengths=(256, 1024, 2048, 4096, 8192), tokens=65536,
                   steps=1500, lr=1e-3, eval_lengths=(64, 512, 2048, 4096, 8192), eval_n=32,
                   gate=((32, 28), (64, 24), (256, 8), (2304, 3), (4608, 1)), max_positions=8192, device="cuda"),
-    "tiny": Preset(2, 64, 2, 1, 192, keys=32, values=96, lengths=(48, 96), tokens=3072, steps=300, lr=3e-3,
+    "tiny": Preset(2, 64, 2, 1, 192, keys=32, values=96, lengths=(48, 96), tokens=1536, steps=2000, lr=3e-3,
                    eval_lengths=(32, 64, 96), eval_n=16, gate=((32, 8), (64, 8)), max_positions=128, device="cpu"),
 }
 
@@ -198,6 +198,8 @@ def train(p: Preset, config: dict, seed: int, steps: int, device: str):
     cuda = device.startswith("cuda")
     if cuda:  # a CPU's kernels are deterministic already; the mode would only fill new tensors with NaN there
         torch.use_deterministic_algorithms(True)
+    else:  # the tiny preset's matrices are too small to share: 2 threads on 2 busy cores took 4x one thread's time
+        torch.set_num_threads(1)
     torch.manual_seed(seed)
     model = LlamaForCausalLM(LlamaConfig.from_dict(config)).float()  # made on the CPU: the same start anywhere
     if p.seeded:
@@ -326,7 +328,8 @@ def gate_fragment(name: str, seed: int) -> str:
     lengths = ", ".join(f"{n} of ~{length}" for length, n in p.gate)
     lines = [f"# Gate prompts of the known-answer model: scripts/make_known_answer_model.py --preset {name} "
              f"--seed {seed}.",
-             f"# {len(prompts)} prompts ({lengths} tokens; the longest {max(len(s.prompt) for s in prompts)} with BOS): "
+             f"# {len(prompts)} prompts ({lengths} tokens; the longest "
+             f"{max(len(s.prompt) for s in prompts)} with BOS): "
              "far look-ups and copies alternating.",
              "# Sent one by one and then all together as one batch (batch-consistency).",
              "gate:", "  prompts:"]
