@@ -24,13 +24,16 @@
 #   1. unpacks the overlay into /tmp/site (kept while the machine stays warm) and installs the wheels;
 #   2. restores the carried state: trials.db and the JIT caches (flashinfer, tvm-ffi, triton) of earlier calls;
 #   3. makes the model (scripts/make_gpu_model.py, GPU_MODEL preset, default llama3-8b) in /tmp/<preset>;
+#      GPU_MODEL=known-answer trains the known-answer model instead (scripts/make_known_answer_model.py, a few
+#      minutes on a fresh machine; kept while it stays warm) and defaults GPU_SPACE to its space;
 #   4. `python3 -m tuner check`, then starts `python3 -m tuner run` in its own session (setsid), so that the
 #      study goes on between two calls while the machine is held; a call that finds it running only waits;
 #   5. near the budget's end: with GPU_FINISH=1 (or once the study has its GPU_TRIALS trials) the study is
 #      interrupted (the tuner stops the server and marks the trial) and `show`, `export`, `report` run;
 #   6. brings back under $OUT: trials.db (an SQLite backup, taken while the study runs), gpu_sglang.log,
 #      study.log, runs.tar.gz (per-trial server logs), jit.tar.xz (where it fits), results.txt.
-# Other settings: GPU_SPACE (default search_spaces/sglang-0.5.17-h100-llama3-8b.yaml), GPU_TRIALS (24),
+# Other settings: GPU_SPACE (default search_spaces/sglang-0.5.17-h100-llama3-8b.yaml, or
+# search_spaces/sglang-0.5.17-h100-known-answer.yaml with GPU_MODEL=known-answer), GPU_TRIALS (24),
 # GPU_CONFIRM (arguments of a `tuner confirm` that follows the study, e.g. "--top 3 --repeats 3"),
 # GPU_STUDY_DB (prepare: the trials.db the study continues, or none),
 # GPU_MODE=bench (bench_serving against the probe on the winner's server: see bench_there below).
@@ -155,7 +158,9 @@ run_there() {
     local t0=$SECONDS budget="${GPU_BUDGET_S:-570}"
     local out="${OUT:-/tmp/gpu-out}" work=/tmp/gpu-study site=/tmp/site
     local preset="${GPU_MODEL:-llama3-8b}" trials="${GPU_TRIALS:-24}"
-    local space="$repo/${GPU_SPACE:-search_spaces/sglang-0.5.17-h100-llama3-8b.yaml}"
+    local default_space=search_spaces/sglang-0.5.17-h100-llama3-8b.yaml
+    [ "$preset" = known-answer ] && default_space=search_spaces/sglang-0.5.17-h100-known-answer.yaml
+    local space="$repo/${GPU_SPACE:-$default_space}"
     mkdir -p "$out" "$work"
     exec > >(tee -a "$out/gpu_sglang.log") 2>&1
     export PYTHONUNBUFFERED=1
@@ -223,9 +228,15 @@ PY
         xz -dc "$carry/state/jit.tar.xz" | tar -C "$HOME" -x && touch "$HOME/.cache/gpu-sglang-jit" && say "restored the JIT caches"
     fi
 
-    # 3. The model.
+    # 3. The model: random weights of a preset, or the known-answer model, trained here (its accuracy per prompt
+    # length is printed into this log, and kept in the folder's accuracy.json).
     local model="/tmp/$preset"
-    python3 "$repo/scripts/make_gpu_model.py" "$preset" "$model" || die "could not make the model"
+    if [ "$preset" = known-answer ]; then
+        python3 "$repo/scripts/make_known_answer_model.py" "$model" --preset gpu --device cuda \
+            || die "could not make the known-answer model"
+    else
+        python3 "$repo/scripts/make_gpu_model.py" "$preset" "$model" || die "could not make the model"
+    fi
     cd "$work"
     python3 - <<'PY' || true
 import importlib.metadata as md

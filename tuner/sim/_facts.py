@@ -48,3 +48,22 @@ def arithmetic_answer(prompt: str) -> str | None:
             return None
         value = a // b
     return str(value)
+
+
+def lookup_answer(prompt: str) -> str | None:
+    """The known-answer model's task (scripts/known_answer_task.py), as that model answers it: a prompt ending in
+    `find k0412` gives the values of the record `k0412 v1033 v0007 ;` earlier in it ("v1033 v0007"); one ending
+    in `copy : v0200 v0051 |` gives "v0200 v0051"."""
+    words = prompt.split()
+    if len(words) >= 2 and words[-2] == "find":
+        key = words[-1]
+        for i, word in enumerate(words[:-2]):
+            if word == key and (i == 0 or words[i - 1] == ";"):  # a record starts the stream or follows one
+                values = words[i + 1:words.index(";", i) if ";" in words[i:] else len(words) - 2]
+                return " ".join(values) or None
+        return None
+    if words and words[-1] == "|" and ":" in words:
+        start = len(words) - 1 - words[::-1].index(":")
+        if start >= 1 and words[start - 1] == "copy" and start < len(words) - 2:
+            return " ".join(words[start + 1:-1])
+    return None

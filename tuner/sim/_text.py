@@ -110,6 +110,13 @@ class Tokenizer:
         if tid is None:
             span = self.vocab_size - FIRST_HASHED_ID
             tid = FIRST_HASHED_ID + zlib.crc32(piece.encode("utf-8")) % span
+            # A piece that hashes onto an id already taken would read back as the other piece ("9" as " work" in a
+            # 128256-word vocabulary; two of a word-level tokenizer's 5,000 words): it hashes again. Ids taken at
+            # start (pseudo words) are the same in every run; others go to the piece seen first.
+            salt = 0
+            while tid in self._text and self._text[tid] != piece:
+                salt += 1
+                tid = FIRST_HASHED_ID + zlib.crc32(f"{salt}\0{piece}".encode("utf-8")) % span
             self._ids[piece] = tid
             self._text.setdefault(tid, piece)
         return tid
@@ -163,9 +170,17 @@ def folder_splitter(folder: str) -> Splitter | None:
     real = HfTokenizer.from_file(str(path))
 
     def split(text: str, special: bool) -> list[str]:
+        # A piece takes the blanks before it too: a word-level tokenizer's offsets leave them out (a byte-level
+        # one's keep them), and decoding (pieces joined) must give back "v2715 v2492", not "v2715v2492".
         enc = real.encode(text, add_special_tokens=special)
-        return [token if is_special else text[a:b]
-                for token, (a, b), is_special in zip(enc.tokens, enc.offsets, enc.special_tokens_mask)]
+        pieces, end = [], 0
+        for token, (a, b), is_special in zip(enc.tokens, enc.offsets, enc.special_tokens_mask):
+            if is_special and a == b:
+                pieces.append(token)  # one the tokenizer added (BOS): not in the text
+                continue
+            pieces.append(token if is_special else text[min(end, a):b])
+            end = b
+        return pieces
 
     return split
 
@@ -185,6 +200,9 @@ def apply_chat_template(messages: Sequence[dict]) -> str:
 
 def known_answer(prompt: str, extra: Iterable[tuple[str, str]] = ()) -> str | None:
     """The answer a healthy model gives to the last known question in the prompt, if any."""
+    looked_up = _facts.lookup_answer(prompt)
+    if looked_up is not None:
+        return looked_up
     low = " ".join(prompt.lower().split())
     best, best_at = None, -1
     for question, answer in (*_facts.FACTS, *extra):
