@@ -114,7 +114,7 @@ def _parser() -> argparse.ArgumentParser:
                      + "; ".join(f"{name}: {what} ({CARRY_MEASURED[name]})"
                                  for name, what in CARRY_PARTS.items())
                      + f". 'all' carries every part (default: {','.join(p for p in CARRY_PARTS if p in DEFAULT_PARTS)}"
-                     ": crash lessons only; docs/learning.md)")
+                     "; docs/learning.md says why)")
     change = run.add_mutually_exclusive_group()
     change.add_argument("--continue", dest="on_space_change", action="store_const", const="continue",
                         default="refuse", help="go on with a study whose space file has changed")
