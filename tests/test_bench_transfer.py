@@ -11,8 +11,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "benchmarks" / "transfer.py"
 CELL = re.compile(r"(>?\d+(?:\.\d+)?|-) \((\d+)/(\d+)\)")
-FAMILY = re.compile(r"^  on no family more than (\d+) restarts above cold \(warm from 1\): worst ([+-][\d.]+) \(fam\d+\) "
-                    r"-> (met|MISSED)$", re.M)
+FAMILY = re.compile(r"^  on no family more than (\d+) restarts above cold \(warm from 1\): "
+                    r"worst ([+-][\d.]+) \(fam\d+\) -> (met|MISSED)$", re.M)
 TARGET = re.compile(r"<= ([\d.]+|1/3) x cold: ([>\d.]+)%? vs ([>\d.]+)%? = ([\d.]+|inf) -> (met|MISSED)")
 
 

@@ -15,8 +15,8 @@ from tuner._failures import FailureKind
 from tuner.search._knowledge import GoodConfig, Knowledge, Lesson
 from tuner.search._study import _initialise, make_sampler
 from tuner.search._warm import (HALF_LIFE, KERNEL_WEIGHT, MAX_WEIGHT, MEMORY_WEIGHT, PARTS, SCALE_POWER,
-                                UNTRIED_WEIGHT, Ghost, Prior, adapt, fit_memory, lesson_weight, scale_memory, similarity,
-                                warm_start, weight_lesson)
+                                UNTRIED_WEIGHT, Ghost, Prior, adapt, fit_memory, lesson_weight, scale_memory,
+                                similarity, warm_start, weight_lesson)
 from tuner.spec._spec import parse_spec
 
 EVERY_PART = frozenset(PARTS)  # run --carry all: by default neither OOM lessons nor configurations carry
