@@ -35,7 +35,8 @@
 # Other settings: GPU_SPACE (default search_spaces/sglang-0.5.17-h100-llama3-8b.yaml, or
 # search_spaces/sglang-0.5.17-h100-known-answer.yaml with GPU_MODEL=known-answer), GPU_TRIALS (24),
 # GPU_CONFIRM (arguments of a `tuner confirm` that follows the study, e.g. "--top 3 --repeats 3"),
-# GPU_STUDY_DB (prepare: the trials.db the study continues, or none),
+# GPU_STUDY_DB (prepare: the trials.db the study continues, or none), planted faults: a space whose server.env
+# puts /tmp/sglang-faults first on PYTHONPATH and names a fault in TUNER_FAULT (scripts/sglang_faults),
 # GPU_MODE=bench (bench_serving against the probe on the winner's server: see bench_there below).
 set -euo pipefail
 
@@ -180,6 +181,9 @@ run_there() {
         say "overlay unpacked into $site ($(du -sh "$site" | cut -f1)) at $(( SECONDS - t0 )) s"
     fi
     export PYTHONPATH="$site"
+    # The fault plugin (scripts/sglang_faults): a space plants a fault per trial by putting it first on the
+    # server's PYTHONPATH (search_spaces/*-faults.yaml); anywhere else it is inert.
+    rm -rf /tmp/sglang-faults && cp -r "$repo/scripts/sglang_faults" /tmp/sglang-faults
     # sglang/utils.py imports IPython.display (HTML, display) at module level for its notebook helpers, and
     # launch_server reaches it; the image has no IPython. An import-only stand-in, as scripts/setup_sglang_ref.sh
     # does for torchvision: HTML keeps its text, display prints it.

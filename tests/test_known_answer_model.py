@@ -21,12 +21,14 @@ import make_known_answer_model as maker  # noqa: E402  (torch only inside functi
 
 SCRIPT = REPO / "scripts" / "make_known_answer_model.py"
 SPACE = REPO / "search_spaces" / "sglang-0.5.17-h100-known-answer.yaml"
+FAULTS_SPACE = REPO / "search_spaces" / "sglang-0.5.17-h100-known-answer-faults.yaml"  # the same gate, faults planted
 VENV_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
 SIM_FAST = {"TUNER_SIM_TIME_SCALE": "0.03", "TUNER_SIM_STARTUP_SCALE": "0.002"}
 
 
-def test_the_space_carries_the_gpu_presets_gate_prompts_as_single_word_answers():
-    spec = load_spec(SPACE)
+@pytest.mark.parametrize("space", [SPACE, FAULTS_SPACE], ids=["healthy", "faults"])
+def test_the_space_carries_the_gpu_presets_gate_prompts_as_single_word_answers(space):
+    spec = load_spec(space)
     fragment = yaml.safe_load(maker.gate_fragment("gpu", 0))["gate"]
     want = [(p["prompt"], p["expect"]) for p in fragment["prompts"]]
     assert [(p.prompt, p.expect) for p in spec.gate.prompts] == want
