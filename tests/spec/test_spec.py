@@ -173,3 +173,14 @@ def test_a_looser_tolerance_needs_gate_loosen_with_a_why():
     assert spec.gate.logprob_tolerance == 0.5 and spec.gate.loosened["why"] == "measured 0.3 on fp8"
     # Tighter than the default needs no statement.
     assert parse_spec(GATE_SPACE + "  logprob-tolerance: 0.05\n").gate.logprob_tolerance == 0.05
+
+
+def test_prompts_without_answers_get_every_check_but_known_answer_unless_it_is_named():
+    own = "name: g\nserver: {model-path: /m}\nparams: {mem-fraction-static: {type: float, low: 0.7, high: 0.9}}\n" \
+          "gate:\n  prompts: [{prompt: The quick brown fox}]\n"
+    from tuner.spec._spec import GATE_CHECKS
+    assert list(parse_spec(own).gate.checks) == [c for c in GATE_CHECKS if c != "known-answer"]
+    message = error_of(own + "  checks: [known-answer, finite-logprobs]\n")
+    assert "known-answer is enabled but no prompt has 'expect'" in message
+    # The shipped prompts have answers: every check, known-answer included.
+    assert list(load().gate.checks) == list(GATE_CHECKS)

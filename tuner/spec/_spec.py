@@ -351,7 +351,10 @@ def _parse_gate(s: Section, recorded: bool = False) -> GateSpec:
             parsed.append(GatePrompt(p.get("prompt", str), p.get("expect", str, None)))
             p.done()
         prompts = tuple(parsed)
-    checks = s.get("checks", list, list(GATE_CHECKS))
+    # Every check by default; known-answer only where some prompt has an answer to know (named in `checks:`
+    # without one, it is an error below).
+    default = [c for c in GATE_CHECKS if c != "known-answer" or any(p.expect for p in prompts)]
+    checks = s.get("checks", list, default)
     loosened = _parse_loosen(s, recorded)
 
     def tolerance(key: str) -> float:
