@@ -35,7 +35,8 @@
 # Other settings: GPU_SPACE (default search_spaces/sglang-0.5.17-h100-llama3-8b.yaml, or
 # search_spaces/sglang-0.5.17-h100-known-answer.yaml with GPU_MODEL=known-answer), GPU_TRIALS (24),
 # GPU_CONFIRM (arguments of a `tuner confirm` that follows the study, e.g. "--top 3 --repeats 3"),
-# GPU_STUDY_DB (prepare: the trials.db the study continues, or none), planted faults: a space whose server.env
+# GPU_STUDY_DB (prepare: the trials.db the study continues, or none), GPU_STUDY_DIR (run: the study's folder
+# there, default /tmp/gpu-study; another one holds a study of its own, without the carried trials.db), planted faults: a space whose server.env
 # puts /tmp/sglang-faults first on PYTHONPATH and names a fault in TUNER_FAULT (scripts/sglang_faults),
 # GPU_MODE=bench (bench_serving against the probe on the winner's server: see bench_there below).
 set -euo pipefail
@@ -157,7 +158,7 @@ take() {
 
 run_there() {
     local t0=$SECONDS budget="${GPU_BUDGET_S:-570}"
-    local out="${OUT:-/tmp/gpu-out}" work=/tmp/gpu-study site=/tmp/site
+    local out="${OUT:-/tmp/gpu-out}" work="${GPU_STUDY_DIR:-/tmp/gpu-study}" site=/tmp/site
     local preset="${GPU_MODEL:-llama3-8b}" trials="${GPU_TRIALS:-24}"
     local default_space=search_spaces/sglang-0.5.17-h100-llama3-8b.yaml
     [ "$preset" = known-answer ] && default_space=search_spaces/sglang-0.5.17-h100-known-answer.yaml
@@ -224,7 +225,7 @@ PY
     # fresh machine.
     if [ -f "$work/trials.db" ]; then
         say "trials.db of this machine kept (held since the last call)"
-    elif [ -f "$carry/state/trials.db" ]; then
+    elif [ -f "$carry/state/trials.db" ] && [ "$work" = /tmp/gpu-study ]; then
         cp "$carry/state/trials.db" "$work/trials.db" && say "restored trials.db of the last call"
     fi
     if [ ! -f "$HOME/.cache/gpu-sglang-jit" ] && [ -f "$carry/state/jit.tar.xz" ]; then
@@ -268,6 +269,11 @@ PY
     # session once the study has all its trials.
     local finish_at=$(( budget - ${GPU_REPORT_S:-90} )) pid shown=0
     if [ -z "$running" ]; then
+        local other
+        for other in /tmp/gpu-study*/study.pid; do
+            [ "$other" != "$pidfile" ] && [ -f "$other" ] && kill -0 "$(cat "$other")" 2>/dev/null \
+                && die "a study is still running in $(dirname "$other") (one server on the GPU at a time): end it first"
+        done
         timeout -k 10 180 python3 -m tuner check --space "$space" --model "$model" || die "check failed (above)"
         start_job "$work" "$trials" "$space" "$model" $(( finish_at - (SECONDS - t0) ))
     else
