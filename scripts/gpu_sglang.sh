@@ -343,7 +343,7 @@ PY
 start_job() {
     local work="$1" trials="$2" space="$3" model="$4" left="$5"
     DB="$work/trials.db" TRIALS="$trials" WORKDIR="$work/runs" GPU_CONFIRM="${GPU_CONFIRM:-}" \
-        SCRIPT="${BASH_SOURCE[0]}" setsid nohup bash -c '
+        SCRIPT="$repo/scripts/gpu_sglang.sh" setsid nohup bash -c '
         python3 -m tuner run "$@" || exit
         [ -n "$GPU_CONFIRM" ] || exit 0
         bash "$SCRIPT" study-done "$DB" "$TRIALS" || exit 0
