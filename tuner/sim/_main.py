@@ -51,6 +51,9 @@ def main(argv: list[str] | None = None) -> None:
     mark("start", cuda_visible_devices=env.get("CUDA_VISIBLE_DEVICES"))
     if faults.ignore_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # argparse prints and exits 2 on bad input; `--help` is answered here, before any start-up fault (the flag
+    # check reads it, and SGLang's own parser answers it before starting anything).
+    values = parse_argv(argv, profile.sglang_version)
     if faults.slow_start_no_log > 0:
         mark("silent_start")
         time.sleep(faults.slow_start_no_log)
@@ -58,7 +61,6 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{SGLANG_ROOT}/launch_server.py:72: UserWarning: 'python -m sglang.launch_server' is still "
               "supported, but 'sglang serve' is the recommended entrypoint.\n  Example: sglang serve --model-path "
               "<model> [options]\n  warnings.warn(", file=sys.stderr, flush=True)
-    values = parse_argv(argv, profile.sglang_version)  # argparse prints and exits 2 on bad input
     if profile.require_model_path and not Path(values["model_path"]).exists():
         raise OSError(f"{values['model_path']} is not a local folder and is not a valid model identifier listed "
                       "on 'https://huggingface.co/models'")
