@@ -80,3 +80,23 @@ def test_an_unknown_fault_stops_the_process_with_one_line_naming_the_faults():
     assert done.returncode != 0 and "served" not in done.stdout
     line, = done.stderr.strip().splitlines()
     assert "unknown fault 'nan-everywhere' in TUNER_FAULT" in line and "batch-slot" in line and "none" in line
+
+
+def test_a_dry_run_of_the_known_answer_faults_space_passes_the_healthy_and_fails_every_fault(tuner):
+    """The simulator plants the same faults by TUNER_FAULT (tuner/sim/_faults.py PLANTED): the space's healthy
+    trials pass every check and each fault fails its trial at the gate, as the GPU study should show."""
+    folder = tuner.folder / "known-answer"
+    made = subprocess.run([sys.executable, str(REPO / "scripts" / "make_known_answer_model.py"), str(folder),
+                           "--tokenizer-only"], capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    space = REPO / "search_spaces" / "sglang-0.5.17-h100-known-answer-faults.yaml"
+    done = tuner.run("run", "--trials", "8", "--space", str(space), "--simulate", "--model", str(folder),
+                     env={"TUNER_SIM_TIME_SCALE": "0.03", "TUNER_SIM_STARTUP_SCALE": "0.002"}, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    trials = tuner.study("sglang-0.5.17-h100-known-answer-faults").trials
+    healthy = [t.user_attrs["failure_kind"] for t in trials if t.params["TUNER_FAULT"] == "none"]
+    assert healthy == ["none"] * 4  # the baseline, triton, torch_native, flashinfer without graphs
+    kinds = {t.params["TUNER_FAULT"]: t.user_attrs["failure_kind"] for t in trials}
+    assert kinds["nan-decode-batch8"] == "nan", kinds
+    for fault in ("decode-position", "chunk-kv", "batch-slot"):
+        assert kinds[fault] in ("inconsistent_logprobs", "wrong_answer"), (fault, kinds)

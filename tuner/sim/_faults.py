@@ -74,3 +74,23 @@ def parse_faults(text: str | None, base: Mapping[str, Any] | None = None) -> Fau
             raise ValueError(f"unknown fault {name!r} in TUNER_SIM_FAULTS (known: {', '.join(_KINDS)})")
         values[name] = _coerce(name, value.strip() if sep else True)
     return Faults(**values)
+
+
+# The faults that scripts/sglang_faults plants in real SGLang (named by TUNER_FAULT, per trial), as the simulator's
+# health: a dry run of a faults space fails the same trials the same way.
+PLANTED = {
+    "none": {},
+    "nan-decode-batch8": {"nan_when_batch_over": 7},
+    "decode-position": {"decode_position_error": True},
+    "chunk-kv": {"chunk_kv_error": True},
+    "batch-slot": {"batch_slot_error": 4},
+}
+
+
+def planted_health(name: str | None) -> dict[str, Any]:
+    """Health fields for a TUNER_FAULT name (nothing without one); ValueError names the known faults."""
+    if not name:
+        return {}
+    if name not in PLANTED:
+        raise ValueError(f"unknown fault {name!r} in TUNER_FAULT (known: {', '.join(PLANTED)})")
+    return dict(PLANTED[name])

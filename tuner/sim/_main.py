@@ -19,7 +19,7 @@ from typing import Any
 
 from ..flags import parse_argv
 from ._events import mark
-from ._faults import Faults, parse_faults
+from ._faults import Faults, parse_faults, planted_health
 from ._http import HttpRequest, HttpServer
 from ._log import SGLANG_ROOT, Log
 from ._profile import DEFAULT_PROFILE, Profile, ProfileError, load_profile
@@ -45,6 +45,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         profile = load_profile(env.get("TUNER_SIM_PROFILE") or DEFAULT_PROFILE)
         faults = parse_faults(env.get("TUNER_SIM_FAULTS"), profile.faults)
+        planted = planted_health(env.get("TUNER_FAULT"))
     except (ProfileError, ValueError) as exc:
         print(f"tuner.sim: {exc}", file=sys.stderr)
         sys.exit(2)
@@ -75,6 +76,11 @@ def main(argv: list[str] | None = None) -> None:
     if faults.batch_slot_error is not None or faults.chunk_kv_error:
         setup = dataclasses.replace(setup, health=dataclasses.replace(
             setup.health, batch_slot_error=faults.batch_slot_error, chunk_kv_error=faults.chunk_kv_error))
+    if planted:  # TUNER_FAULT: a fault of scripts/sglang_faults, as the simulator's health (a profile's own NaN
+        # batch stays where it is lower)
+        if setup.health.nan_when_batch_over is not None and "nan_when_batch_over" in planted:
+            planted["nan_when_batch_over"] = min(planted["nan_when_batch_over"], setup.health.nan_when_batch_over)
+        setup = dataclasses.replace(setup, health=dataclasses.replace(setup.health, **planted))
     try:
         asyncio.run(_serve(profile, setup, values, faults, scale, seed))
     except KeyboardInterrupt:
