@@ -2,6 +2,7 @@
 # Real SGLang 0.5.17 on the lent GPU machine: a tuner study spread over several device calls.
 #
 #   bash scripts/gpu_sglang.sh prepare          # here: the overlay and wheels into .whl/gpu-sglang (<= 58 MiB)
+#   bash scripts/gpu_sglang.sh prepare-fa3      # here, optional: fa3 in 3 parts, .whl/fa3-1..3 (see prepare_fa3)
 #   then the device tool's run, as many calls as the study needs:
 #       run(command="bash scripts/gpu_sglang.sh run", carry=[".whl/gpu-sglang"], timeout_s=600)
 #   after each call, here:
@@ -134,6 +135,45 @@ prepare() {
     echo "run(command=\"bash scripts/gpu_sglang.sh run\", carry=[\"$carry_rel\"], timeout_s=600)"
 }
 
+# fa3 (sgl_kernel's FlashAttention-3, SGLang's default attention backend on Hopper) does not fit in one call:
+# its library is 1,122,607,032 bytes, ~135 MiB as xz. prepare-fa3 cuts the xz into FA3_PARTS folders,
+# .whl/fa3-1 ... .whl/fa3-N, each under MAX_CARRY_MIB, with a MANIFEST (part, parts, sha256 of the library).
+# Carried one a call (GPU_MODE=fa3) while the machine is held, they are put together there and checked.
+FA3_PARTS=3
+prepare_fa3() {
+    local whl dir="$cache/fa3" so i
+    whl="$(ls "$cache"/dl/sglang_kernel-0.4.5-*.whl 2>/dev/null | head -1)"
+    [ -n "$whl" ] || die "no sglang-kernel 0.4.5 wheel in .cache/gpu-sglang/dl: run 'bash scripts/gpu_sglang.sh prepare' first"
+    git -C "$repo" check-ignore -q .whl/fa3-1 || die ".whl/fa3-1 is not git-ignored: it would travel twice"
+    mkdir -p "$dir"
+    so="$dir/flash_ops.abi3.so"
+    if [ ! -f "$dir/flash_ops.abi3.so.xz" ]; then
+        python3 - "$whl" "$so" <<'PY2' || die "could not take flash_ops.abi3.so out of $whl"
+import shutil, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as wheel, wheel.open("sgl_kernel/flash_ops.abi3.so") as src, \
+        open(sys.argv[2], "wb") as dst:
+    shutil.copyfileobj(src, dst, 1 << 20)
+PY2
+        say "packing fa3 ($(du -h "$so" | cut -f1)) with xz: minutes"
+        xz -6 -T0 -c "$so" >"$dir/flash_ops.abi3.so.xz.tmp" && mv "$dir/flash_ops.abi3.so.xz.tmp" "$dir/flash_ops.abi3.so.xz"
+        sha256sum "$so" | cut -d' ' -f1 >"$dir/SHA256"
+        rm -f "$so"
+    fi
+    local size part
+    size="$(stat -c %s "$dir/flash_ops.abi3.so.xz")"
+    part=$(( (size + FA3_PARTS - 1) / FA3_PARTS ))
+    [ $(( part / 1048576 )) -lt "$MAX_CARRY_MIB" ] || die "a fa3 part would be $(( part / 1048576 )) MiB: raise FA3_PARTS"
+    rm -rf "$repo"/.whl/fa3-* "$dir"/part-*
+    split -b "$part" -d -a 1 "$dir/flash_ops.abi3.so.xz" "$dir/part-"
+    for i in $(seq 1 "$FA3_PARTS"); do
+        mkdir -p "$repo/.whl/fa3-$i"
+        mv "$dir/part-$(( i - 1 ))" "$repo/.whl/fa3-$i/part"
+        echo "$i $FA3_PARTS $(cat "$dir/SHA256")" >"$repo/.whl/fa3-$i/MANIFEST"
+        say "ok: .whl/fa3-$i is $(du -sm "$repo/.whl/fa3-$i" | cut -f1) MiB"
+        echo "run(command=\"GPU_MODE=fa3 bash scripts/gpu_sglang.sh run\", carry=[\".whl/fa3-$i\"], timeout_s=120)"
+    done
+}
+
 check_size() {
     local mib
     mib="$(du -sm "$carry" | cut -f1)"
@@ -156,6 +196,42 @@ take() {
     check_size
 }
 
+# GPU_MODE=fa3 (there): keep the carried part in /tmp/fa3-parts (for as long as the machine is held), then
+# fa3_assemble. A call of this mode carries only its part: the overlay and the study are left as they are.
+fa3_there() {
+    local store=/tmp/fa3-parts manifest index count sum
+    mkdir -p "$store"
+    for manifest in "$repo"/.whl/fa3-*/MANIFEST; do
+        [ -f "$manifest" ] || continue
+        read -r index count sum <"$manifest"
+        cp "$(dirname "$manifest")/part" "$store/part-$index"
+        echo "$count $sum" >"$store/want"
+        say "fa3: part $index of $count kept in $store"
+    done
+    [ -f "$store/want" ] || die "no fa3 part carried: bash scripts/gpu_sglang.sh prepare-fa3, then carry .whl/fa3-N"
+    fa3_assemble /tmp/site
+}
+
+# Put the fa3 parts together into $1/sgl_kernel once all are here and the overlay is; checked by sha256.
+fa3_assemble() {
+    local site="$1" store=/tmp/fa3-parts count sum have i
+    [ -f "$store/want" ] || return 0
+    [ -f "$site/sgl_kernel/flash_ops.abi3.so" ] && { say "fa3: in $site already"; return 0; }
+    read -r count sum <"$store/want"
+    have="$(ls "$store"/part-* 2>/dev/null | wc -l)"
+    if [ "$have" -lt "$count" ]; then
+        say "fa3: $have of $count parts here (carry the others while this machine is held)"; return 0
+    fi
+    [ -d "$site/sgl_kernel" ] || { say "fa3: all $count parts here; put together once the overlay is (a study call)"; return 0; }
+    if ! for i in $(seq 1 "$count"); do cat "$store/part-$i"; done | xz -dc >"$site/sgl_kernel/flash_ops.abi3.so.tmp" \
+            || ! echo "$sum  $site/sgl_kernel/flash_ops.abi3.so.tmp" | sha256sum -c --quiet; then
+        rm -f "$site/sgl_kernel/flash_ops.abi3.so.tmp" "$store"/part-*
+        die "fa3: the parts do not unpack into prepare-fa3's library (sha256): carry them again"
+    fi
+    mv "$site/sgl_kernel/flash_ops.abi3.so.tmp" "$site/sgl_kernel/flash_ops.abi3.so"
+    say "fa3: put together in $site/sgl_kernel ($(stat -c %s "$site/sgl_kernel/flash_ops.abi3.so") bytes, sha256 checked)"
+}
+
 run_there() {
     local t0=$SECONDS budget="${GPU_BUDGET_S:-570}"
     local out="${OUT:-/tmp/gpu-out}" work="${GPU_STUDY_DIR:-/tmp/gpu-study}" site=/tmp/site
@@ -168,6 +244,7 @@ run_there() {
     export PYTHONUNBUFFERED=1
     date -u
     nvidia-smi --query-gpu=name,memory.used,memory.total,driver_version --format=csv || true
+    if [ "${GPU_MODE:-study}" = fa3 ]; then fa3_there; return; fi
     say "tuner $(cut -c1-12 "$carry/TUNER_COMMIT" 2>/dev/null), space ${space#$repo/}, model $preset, $trials trials"
 
     # 1. The overlay, once per machine.
@@ -181,6 +258,7 @@ run_there() {
         (python3 -m compileall -q -j 8 "$site" >/dev/null 2>&1 &)
         say "overlay unpacked into $site ($(du -sh "$site" | cut -f1)) at $(( SECONDS - t0 )) s"
     fi
+    fa3_assemble "$site"
     export PYTHONPATH="$site"
     # The fault plugin (scripts/sglang_faults): a space plants a fault per trial by putting it first on the
     # server's PYTHONPATH (search_spaces/*-faults.yaml); anywhere else it is inert.
@@ -398,8 +476,9 @@ bench_there() {
 
 case "${1:-}" in
     prepare) prepare ;;
+    prepare-fa3) prepare_fa3 ;;
     take) take "${2:-}" ;;
     run) run_there ;;
     study-done) study_done "$2" "$3" ;;
-    *) echo "usage: bash scripts/gpu_sglang.sh prepare|run|take DIR   (see the header)" >&2; exit 2 ;;
+    *) echo "usage: bash scripts/gpu_sglang.sh prepare|prepare-fa3|run|take DIR   (see the header)" >&2; exit 2 ;;
 esac
