@@ -67,7 +67,8 @@ def test_chunk_kv_shifts_the_values_of_a_continued_chunk_only():
 
 def test_without_a_fault_nothing_is_patched_and_a_shadowed_sitecustomize_still_runs(tmp_path):
     (tmp_path / "sitecustomize.py").write_text("import os\nos.environ['SHADOWED_RAN'] = '1'\n")
-    code = "import os, sys; print(os.environ.get('SHADOWED_RAN'), any('PatchAfterImport' in type(f).__name__ for f in sys.meta_path))"
+    code = ("import os, sys; print(os.environ.get('SHADOWED_RAN'), "
+            "any('PatchAfterImport' in type(f).__name__ for f in sys.meta_path))")
     for fault in (None, "none"):
         done = _python(sys.executable, fault, code, str(tmp_path))
         assert done.returncode == 0 and done.stdout.split() == ["1", "False"] and not done.stderr, done.stderr

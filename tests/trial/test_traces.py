@@ -14,7 +14,7 @@ import pytest
 from conftest import REPO, instant_space
 from test_bad_input import assert_refused
 from trial.test_workloads import model_folder
-from tuner.spec import MOONCAKE_BLOCK, ProbeSpec, TraceSpec, load_trace, mean_rate, parse_spec
+from tuner.spec import MOONCAKE_BLOCK, ProbeSpec, TraceRow, TraceSpec, load_trace, loop_trace, mean_rate, parse_spec
 from tuner.trial._tokens import load_prompt_tokens
 from tuner.trial._workloads import make_workload, trace_workload
 
@@ -130,6 +130,18 @@ def test_the_rate_search_scales_the_traces_time_axis(tuner):
     steps = trial.user_attrs["rate_search"]["steps"]
     base = mean_rate(load_trace(str(trace), "azure"))
     assert steps and all(s["trace_scale"] == pytest.approx(s["rate"] / base, rel=1e-3) for s in steps)
+
+
+def test_a_rate_is_offered_for_its_whole_time_the_trace_repeated_where_it_is_shorter():
+    """Sent once, a 3-row trace at a high rate is a burst of 3: every rate above what a burst of 3 allows would
+    pass (the H200 trace space's dry run ended at 2.7e54 requests/s). Repeated, each rate is offered for real."""
+    rows = [TraceRow(0.0, 10, 5, hash_ids=(1,)), TraceRow(1.0, 20, 5, hash_ids=(1, 2)), TraceRow(2.0, 30, 5)]
+    assert mean_rate(rows) == 1.0
+    looped = loop_trace(rows, 7.0)
+    assert [r.offset for r in looped] == [0, 1, 2, 3, 4, 5, 6]  # one mean gap after the last row, again
+    assert [r.hash_ids for r in looped[3:6]] == [r.hash_ids for r in rows]  # bursts and shared prefixes kept
+    assert len(loop_trace(rows, 0.5, at_least=5)) == 5
+    assert [r.offset for r in loop_trace(rows, 2.5)] == [0, 1, 2]  # shorter than the trace: its first rows
 
 
 def test_the_example_traces_and_space_load():

@@ -8,8 +8,8 @@ from ._schema import did_you_mean
 from ._space import Param, ServerConfig, Space
 from ._space_text import rewrite
 from ._spec import GateSpec, ProbeSpec, RateSearchSpec, SharedPrefix, Spec, TraceSpec, load_spec, parse_spec
-from ._traces import MOONCAKE_BLOCK, TraceRow, load_trace, mean_rate
+from ._traces import MOONCAKE_BLOCK, TraceRow, load_trace, loop_trace, mean_rate
 
 __all__ = ["MOONCAKE_BLOCK", "GateSpec", "Param", "ProbeSpec", "RateSearchSpec", "ServerConfig", "SharedPrefix",
            "Space", "Spec", "TraceRow", "TraceSpec", "WorkItem", "did_you_mean", "load_rows", "load_spec",
-           "load_trace", "mean_rate", "parse_spec", "rewrite"]
+           "load_trace", "loop_trace", "mean_rate", "parse_spec", "rewrite"]

@@ -14,6 +14,7 @@ the file, the row (1-based, as an editor counts lines) and the field.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 from dataclasses import dataclass
 from datetime import datetime
@@ -64,6 +65,22 @@ def load_trace(path: str, fmt: str, limit: int | None = None) -> list[TraceRow]:
 def mean_rate(rows: list[TraceRow]) -> float:
     """Requests/s the trace offers: its gaps' mean rate (a one-row trace: one request in one second)."""
     return (len(rows) - 1) / rows[-1].offset if len(rows) > 1 else 1.0
+
+
+def loop_trace(rows: list[TraceRow], span: float, at_least: int = 1) -> list[TraceRow]:
+    """The rows due within `span` seconds of trace time, the trace repeated from its start (one mean gap after its
+    last row) as often as that takes, and at least `at_least` of them. A rate search offers each rate for as
+    long as a rate needs: a trace sent once would be a burst of its rows at high rates, not that rate."""
+    period = len(rows) / mean_rate(rows)
+    out: list[TraceRow] = []
+    cycle = 0
+    while True:
+        for row in rows:
+            offset = row.offset + cycle * period
+            if offset >= span and len(out) >= at_least:
+                return out
+            out.append(dataclasses.replace(row, offset=offset))
+        cycle += 1
 
 
 def _jsonl(path: str, text: str, fmt: str) -> list[tuple[Any, ...]]:

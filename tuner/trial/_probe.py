@@ -22,7 +22,7 @@ import httpx
 
 from .._failures import FailureKind, ProbeStopped, TrialFailure, cut_short, enough_finished
 from ..engines import Engine
-from ..spec import ProbeSpec, TraceRow, load_trace, mean_rate
+from ..spec import ProbeSpec, TraceRow, load_trace, loop_trace, mean_rate
 from ._arrivals import send_offsets
 from ._goodput import certainly_bad, good_latency_bound, goodput, is_good, steady_output_throughput
 from ._ratesearch import MIN_REQUESTS, RATE_STEPS, Measure, RateSearchResult, RateSearchSpec, RateStep, search_rate
@@ -273,10 +273,10 @@ def _rate_step(client: StreamClient, engine: Engine, spec: ProbeSpec, search: Ra
         # does not find the previous rate's prompts in the prefix cache.
         if rows:
             # With a trace its time axis is scaled to the rate, keeping its bursts and shared prefixes: the rows
-            # due within seconds-per-rate (at least MIN_REQUESTS of them, where the trace has as many).
+            # due within seconds-per-rate (at least MIN_REQUESTS of them), the trace repeated where it is shorter.
             scale = rate / mean_rate(rows)
-            n = max(min(MIN_REQUESTS, len(rows)), sum(1 for r in rows if r.offset / scale <= search.seconds_per_rate))
-            work, arrivals = _trace_arrivals(spec, rows[:n], scale, RATE_STEPS + index, tokens)
+            due = loop_trace(rows, search.seconds_per_rate * scale, MIN_REQUESTS)
+            work, arrivals = _trace_arrivals(spec, due, scale, RATE_STEPS + index, tokens)
             arrivals = dataclasses.replace(arrivals, rate=rate)
         else:
             work = make_workload(spec, n, salt=RATE_STEPS + index, tokens=tokens)
