@@ -27,12 +27,10 @@ if fault in ("nan-decode-batch8", "batch-slot"):
     def forward(self, input_ids, hidden_states, lm_head, metadata, *args, **kwargs):
         return LogitsProcessorOutput(next_token_logits=torch.arange(float(hidden_states)).repeat(3, 1).T.clone())
 
-    def logits(batch, metadata):
-        return wrapped.__wrapped_by_test__(None, None, batch, None, metadata).next_token_logits
-    wrapped.__wrapped_by_test__ = faults.WRAPPERS[fault](forward)
+    test = faults.WRAPPERS[fault](forward)  # a batch of `hidden_states` rows, row i's logits all i
     for batch in (1, 3, 4, 7, 8, 64):
         for name, metadata in (("decode", DECODE), ("extend", EXTEND)):
-            got = logits(batch, metadata)
+            got = test(None, None, batch, None, metadata).next_token_logits
             seen[f"{name}-{batch}"] = ("nan" if bool(torch.isnan(got).all()) else
                                        "rows" if got[:, 0].tolist() != list(map(float, range(batch))) else "same")
 elif fault == "decode-position":
