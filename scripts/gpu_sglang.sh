@@ -37,8 +37,9 @@
 # search_spaces/sglang-0.5.17-h100-known-answer.yaml with GPU_MODEL=known-answer), GPU_TRIALS (24),
 # GPU_CONFIRM (arguments of a `tuner confirm` that follows the study, e.g. "--top 3 --repeats 3"),
 # GPU_STUDY_DB (prepare: the trials.db the study continues, or none), GPU_STUDY_DIR (run: the study's folder
-# there, default /tmp/gpu-study; another one holds a study of its own, without the carried trials.db), planted faults: a space whose server.env
-# puts /tmp/sglang-faults first on PYTHONPATH and names a fault in TUNER_FAULT (scripts/sglang_faults),
+# there, default /tmp/gpu-study; another one holds a study of its own, without the carried trials.db),
+# planted faults (a space whose server.env puts /tmp/sglang-faults first on PYTHONPATH and names a fault in
+# TUNER_FAULT: scripts/sglang_faults),
 # GPU_MODE=bench (bench_serving against the probe on the winner's server: see bench_there below).
 set -euo pipefail
 

@@ -71,15 +71,15 @@ def main(argv: list[str] | None = None) -> None:
     # An explicit seed makes the run reproducible; without one every start draws fresh noise, so that
     # re-measuring a configuration gives a different value, as on real hardware.
     nonce = "" if seeded else f"{os.getpid()}-{time.time_ns()}"
+    # TUNER_FAULT (a fault of scripts/sglang_faults) joins the switches: its NaN batch as theirs (the profile's own
+    # stays where it is lower), the rest as health fields.
+    nan_batches = [b for b in (faults.nan_when_batch_over, planted.pop("nan_when_batch_over", None)) if b is not None]
     setup = make_setup(profile, values, seed=seed, nonce=nonce, visible_gpus=_visible_gpus(),
-                       extra_nan_batch=faults.nan_when_batch_over)
+                       extra_nan_batch=min(nan_batches, default=None))
     if faults.batch_slot_error is not None or faults.chunk_kv_error:
         setup = dataclasses.replace(setup, health=dataclasses.replace(
             setup.health, batch_slot_error=faults.batch_slot_error, chunk_kv_error=faults.chunk_kv_error))
-    if planted:  # TUNER_FAULT: a fault of scripts/sglang_faults, as the simulator's health (a profile's own NaN
-        # batch stays where it is lower)
-        if setup.health.nan_when_batch_over is not None and "nan_when_batch_over" in planted:
-            planted["nan_when_batch_over"] = min(planted["nan_when_batch_over"], setup.health.nan_when_batch_over)
+    if planted:
         setup = dataclasses.replace(setup, health=dataclasses.replace(setup.health, **planted))
     try:
         asyncio.run(_serve(profile, setup, values, faults, scale, seed))
