@@ -36,8 +36,9 @@
 # Other settings: GPU_SPACE (default search_spaces/sglang-0.5.17-h100-llama3-8b.yaml, or
 # search_spaces/sglang-0.5.17-h100-known-answer.yaml with GPU_MODEL=known-answer), GPU_TRIALS (24),
 # GPU_CONFIRM (arguments of a `tuner confirm` that follows the study, e.g. "--top 3 --repeats 3"),
-# GPU_STUDY_DB (prepare: the trials.db the study continues, or none), GPU_STUDY_DIR (run: the study's folder
-# there, default /tmp/gpu-study; another one holds a study of its own, without the carried trials.db),
+# GPU_STUDY_DB (prepare: the trials.db the study continues, or none), GPU_STUDY_DIR (prepare and run: the
+# study's folder there, /tmp/gpu-<name>, default /tmp/gpu-study; the carried trials.db goes into the folder that
+# prepare named; one study runs at a time; scripts/gpu_fault_studies.sh chains two),
 # planted faults (a space whose server.env puts /tmp/sglang-faults first on PYTHONPATH and names a fault in
 # TUNER_FAULT: scripts/sglang_faults),
 # GPU_MODE=bench (bench_serving against the probe on the winner's server: see bench_there below).
@@ -116,6 +117,7 @@ prepare() {
 
     rm -f "$carry"/wheels/*.whl
     "${pip[@]}" download -q --no-deps "${plat[@]}" -d "$carry/wheels" "${TUNER_NEEDS[@]}" || die "pip download of the tuner's needs failed"
+    slim_dashboard_wheel "$carry"/wheels/optuna_dashboard-*.whl
     local tmp
     tmp="$(mktemp -d)"
     git -C "$repo" archive --format=tar HEAD | tar -x -C "$tmp"
@@ -125,15 +127,39 @@ prepare() {
     [ -z "$(git -C "$repo" status --porcelain -- tuner pyproject.toml scripts search_spaces)" ] \
         || say "note: uncommitted changes here; the tuner wheel holds HEAD $(cut -c1-12 "$carry/TUNER_COMMIT") without them (scripts/ and search_spaces/ travel as they are)"
     # The study goes on from where the last session left it: GPU_STUDY_DB, a committed trials.db (default
-    # docs/gpu-sglang-0517/trials.db), or none for a new study in a file of its own.
+    # docs/gpu-sglang-0517/trials.db), or none for a new study in a file of its own. It is restored there into
+    # the study folder GPU_STUDY_DIR (default /tmp/gpu-study) alone. A trials.db that `take` brought is kept
+    # unless GPU_STUDY_DB names one.
     local db="${GPU_STUDY_DB:-docs/gpu-sglang-0517/trials.db}"
     if [ "$db" = none ]; then
-        rm -f "$carry/state/trials.db" && say "state: no trials.db (a new study)"
-    elif [ ! -f "$carry/state/trials.db" ] && [ -f "$repo/$db" ]; then
-        cp "$repo/$db" "$carry/state/trials.db" && say "state: trials.db from $db"
+        rm -f "$carry/state/trials.db" "$carry/state/STUDY_DIR" && say "state: no trials.db (a new study)"
+    elif [ -n "${GPU_STUDY_DB:-}" ] || [ ! -f "$carry/state/trials.db" ]; then
+        [ -f "$repo/$db" ] || die "GPU_STUDY_DB: no file $db (a trials.db in the repo, or none)"
+        cp "$repo/$db" "$carry/state/trials.db"
+        echo "${GPU_STUDY_DIR:-/tmp/gpu-study}" >"$carry/state/STUDY_DIR"
+        say "state: trials.db from $db, for the study in ${GPU_STUDY_DIR:-/tmp/gpu-study} there"
     fi
     check_size
     echo "run(command=\"bash scripts/gpu_sglang.sh run\", carry=[\"$carry_rel\"], timeout_s=600)"
+}
+
+# optuna-dashboard's web page (public/bundle.js and its .gz: 3.7 of the wheel's 3.9 MiB) is never served on the
+# GPU machine, where only its save_note runs (the trials' notes). Without it, the JIT caches fit in the carry.
+slim_dashboard_wheel() {
+    python3 - "$1" <<'PY' || die "could not leave the web page out of $1"
+import os, sys, zipfile
+path = sys.argv[1]
+page = ("optuna_dashboard/public/bundle.js", "optuna_dashboard/public/bundle.js.gz")
+with zipfile.ZipFile(path) as src, zipfile.ZipFile(path + ".tmp", "w", zipfile.ZIP_DEFLATED) as dst:
+    for item in src.infolist():
+        if item.filename in page:
+            continue
+        data = src.read(item)
+        if item.filename.endswith(".dist-info/RECORD"):
+            data = b"".join(line for line in data.splitlines(True) if not line.startswith(page[0].encode()))
+        dst.writestr(item, data)
+os.replace(path + ".tmp", path)
+PY
 }
 
 # fa3 (sgl_kernel's FlashAttention-3, SGLang's default attention backend on Hopper) does not fit in one call:
@@ -304,7 +330,7 @@ PY
     # fresh machine.
     if [ -f "$work/trials.db" ]; then
         say "trials.db of this machine kept (held since the last call)"
-    elif [ -f "$carry/state/trials.db" ] && [ "$work" = /tmp/gpu-study ]; then
+    elif [ -f "$carry/state/trials.db" ] && [ "$work" = "$(cat "$carry/state/STUDY_DIR" 2>/dev/null || echo /tmp/gpu-study)" ]; then
         cp "$carry/state/trials.db" "$work/trials.db" && say "restored trials.db of the last call"
     fi
     if [ ! -f "$HOME/.cache/gpu-sglang-jit" ] && [ -f "$carry/state/jit.tar.xz" ]; then
@@ -349,7 +375,7 @@ PY
     local finish_at=$(( budget - ${GPU_REPORT_S:-90} )) pid shown=0
     if [ -z "$running" ]; then
         local other
-        for other in /tmp/gpu-study*/study.pid; do
+        for other in /tmp/gpu-*/study.pid; do
             [ "$other" != "$pidfile" ] && [ -f "$other" ] && kill -0 "$(cat "$other")" 2>/dev/null \
                 && die "a study is still running in $(dirname "$other") (one server on the GPU at a time): end it first"
         done
@@ -442,9 +468,11 @@ sys.exit(done.fetchone()[0] < int(sys.argv[2]))
 PY
 }
 
-# SIGINT, as Ctrl-C: the tuner stops the server and marks the trial; up to 60 s.
+# SIGINT, as Ctrl-C, to the study's process group (start_job's setsid made its wrapper the leader): the wrapper
+# bash waits on `tuner run` and passes no signal on, so one sent to it alone left the study running (found on
+# the GPU, 2026-12-07). The tuner stops the server (in a session of its own) and marks the trial; up to 60 s.
 stop_study() {
-    kill -INT "$1" 2>/dev/null || true
+    kill -INT -- "-$1" 2>/dev/null || kill -INT "$1" 2>/dev/null || true
     local w=0
     while kill -0 "$1" 2>/dev/null && [ "$w" -lt 60 ]; do sleep 1; w=$(( w + 1 )); done
 }
@@ -474,6 +502,9 @@ bench_there() {
     wait "$server" 2>/dev/null || true
     cp "$work/bench-server.log" "$out/" 2>/dev/null || true
 }
+
+# Sourced (tests/test_gpu_sglang.py), it defines the functions and runs nothing.
+[ "${BASH_SOURCE[0]}" = "$0" ] || return 0
 
 case "${1:-}" in
     prepare) prepare ;;

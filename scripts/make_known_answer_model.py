@@ -197,9 +197,9 @@ def train(p: Preset, config: dict, seed: int, steps: int, device: str):
 
     cuda = device.startswith("cuda")
     if cuda:  # a CPU's kernels are deterministic already; the mode would only fill new tensors with NaN there
-        # warn_only: a kernel without a deterministic version (attention's backward on some torch builds) warns
-        # in the log rather than ending a training that the device call has paid for.
-        torch.use_deterministic_algorithms(True, warn_only=True)
+        # Strict: with warn_only, torch 2.11's cuDNN attention backward ran its non-deterministic algorithm (its
+        # warning on the H100, 2026-12-07, the only one); strict, it picks its deterministic one.
+        torch.use_deterministic_algorithms(True)
     else:  # the tiny preset's matrices are too small to share: 2 threads on 2 busy cores took 4x one thread's time
         torch.set_num_threads(1)
     torch.manual_seed(seed)
