@@ -218,13 +218,14 @@ def print_study(db: Path, truth_db: Path | None, out=sys.stdout) -> list[Verdict
 
 
 def recorded_studies() -> list[Path]:
-    """Every real study recorded in docs/: docs/*/trials.db."""
-    return sorted((REPO / "docs").glob("*/trials.db"))
+    """Every real study recorded in docs/: each trials.db under it (a record may hold several studies'
+    folders, as docs/gpu-sglang-0517-faults does)."""
+    return sorted((REPO / "docs").rglob("trials.db"))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--db", type=Path, action="append", help="a real study's trials.db (default: docs/*/trials.db)")
+    parser.add_argument("--db", type=Path, action="append", help="a real study's trials.db (default: every trials.db under docs/)")
     parser.add_argument("--truth", type=Path, help="a trials.db of reruns to the end (probe.prune: false)")
     args = parser.parse_args(argv)
     optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -26,13 +26,13 @@ def test_every_recorded_study_is_replayed_and_printed():
     done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "pruner_replay.py")], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert STUDIES, "no real study in docs/*/trials.db"
+    assert STUDIES, "no real study in docs/**/trials.db"
     assert done.stdout.count("== ") == len(STUDIES)
     for rule in ("old", "median", "new"):
         assert re.search(rf"^{rule}: stops \d+ of \d+; within the noise of the best: ", done.stdout, re.M)
 
 
-@pytest.mark.parametrize("db", STUDIES, ids=lambda p: p.parent.name)
+@pytest.mark.parametrize("db", STUDIES, ids=lambda p: str(p.parent.relative_to(REPO / "docs")))
 def test_the_shipped_pruner_stops_no_trial_within_the_noise(db):
     _, attrs, trials = pruner_replay.read_study(db)
     noise = pruner_replay.study_noise(attrs)
@@ -41,7 +41,7 @@ def test_the_shipped_pruner_stops_no_trial_within_the_noise(db):
             assert v.stops["new"] is None, f"trial {v.number} ended at {v.end_over_best:.3f} of the best"
 
 
-@pytest.mark.parametrize("db", STUDIES, ids=lambda p: p.parent.name)
+@pytest.mark.parametrize("db", STUDIES, ids=lambda p: str(p.parent.relative_to(REPO / "docs")))
 def test_the_curve_floor_holds_on_every_recorded_study(db):
     """CURVE_FLOOR was measured on these curves: a study whose curves fall lower needs a new constant."""
     floor, _ = pruner_replay.curve_floor(pruner_replay.read_study(db)[2])
