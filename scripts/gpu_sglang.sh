@@ -130,14 +130,14 @@ prepare() {
     # docs/gpu-sglang-0517/trials.db), or none for a new study in a file of its own. It is restored there into
     # the study folder GPU_STUDY_DIR (default /tmp/gpu-study) alone. A trials.db that `take` brought is kept
     # unless GPU_STUDY_DB names one.
-    local db="${GPU_STUDY_DB:-docs/gpu-sglang-0517/trials.db}"
+    local db="${GPU_STUDY_DB:-docs/gpu-sglang-0517/trials.db}" dir="${GPU_STUDY_DIR:-/tmp/gpu-study}"
     if [ "$db" = none ]; then
         rm -f "$carry/state/trials.db" "$carry/state/STUDY_DIR" && say "state: no trials.db (a new study)"
     elif [ -n "${GPU_STUDY_DB:-}" ] || [ ! -f "$carry/state/trials.db" ]; then
         [ -f "$repo/$db" ] || die "GPU_STUDY_DB: no file $db (a trials.db in the repo, or none)"
         cp "$repo/$db" "$carry/state/trials.db"
-        echo "${GPU_STUDY_DIR:-/tmp/gpu-study}" >"$carry/state/STUDY_DIR"
-        say "state: trials.db from $db, for the study in ${GPU_STUDY_DIR:-/tmp/gpu-study} there"
+        echo "$dir" >"$carry/state/STUDY_DIR"
+        say "state: trials.db from $db, for the study in $dir there"
     fi
     check_size
     echo "run(command=\"bash scripts/gpu_sglang.sh run\", carry=[\"$carry_rel\"], timeout_s=600)"

@@ -142,6 +142,7 @@ def test_a_rate_is_offered_for_its_whole_time_the_trace_repeated_where_it_is_sho
     assert [r.hash_ids for r in looped[3:6]] == [r.hash_ids for r in rows]  # bursts and shared prefixes kept
     assert len(loop_trace(rows, 0.5, at_least=5)) == 5
     assert [r.offset for r in loop_trace(rows, 2.5)] == [0, 1, 2]  # shorter than the trace: its first rows
+    assert loop_trace([], 5.0, at_least=5) == []  # nothing to repeat: no rows, and no endless loop
 
 
 def test_the_example_traces_and_space_load():

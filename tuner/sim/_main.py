@@ -76,11 +76,12 @@ def main(argv: list[str] | None = None) -> None:
     nan_batches = [b for b in (faults.nan_when_batch_over, planted.pop("nan_when_batch_over", None)) if b is not None]
     setup = make_setup(profile, values, seed=seed, nonce=nonce, visible_gpus=_visible_gpus(),
                        extra_nan_batch=min(nan_batches, default=None))
+    health: dict[str, Any] = {}
     if faults.batch_slot_error is not None or faults.chunk_kv_error:
-        setup = dataclasses.replace(setup, health=dataclasses.replace(
-            setup.health, batch_slot_error=faults.batch_slot_error, chunk_kv_error=faults.chunk_kv_error))
-    if planted:
-        setup = dataclasses.replace(setup, health=dataclasses.replace(setup.health, **planted))
+        health.update(batch_slot_error=faults.batch_slot_error, chunk_kv_error=faults.chunk_kv_error)
+    health.update(planted)  # TUNER_FAULT's fields over TUNER_SIM_FAULTS's
+    if health:
+        setup = dataclasses.replace(setup, health=dataclasses.replace(setup.health, **health))
     try:
         asyncio.run(_serve(profile, setup, values, faults, scale, seed))
     except KeyboardInterrupt:

@@ -71,6 +71,8 @@ def loop_trace(rows: list[TraceRow], span: float, at_least: int = 1) -> list[Tra
     """The rows due within `span` seconds of trace time, the trace repeated from its start (one mean gap after its
     last row) as often as that takes, and at least `at_least` of them. A rate search offers each rate for as
     long as a rate needs: a trace sent once would be a burst of its rows at high rates, not that rate."""
+    if not rows:
+        return []
     period = len(rows) / mean_rate(rows)
     out: list[TraceRow] = []
     cycle = 0
