@@ -9,7 +9,7 @@
 #   run(command="bash scripts/gpu_fault_studies.sh", carry=[".whl/gpu-sglang"], timeout_s=600)
 # and in the last one FINISH=1 (the 8B study, or FINISH_KA=1 the known-answer one, is interrupted and reported).
 # CALL_S: the call's seconds (default 575). Each study comes back as one tar, o-ka.tar and o-8b.tar (a call
-# brings back at most 8 files), without the JIT caches (jit.tar.xz stays beside it there).
+# brings back at most 8 files), and the newest JIT caches as jit.tar.xz.
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="${OUT:-/tmp/gpu-out}" t0=$SECONDS end=${CALL_S:-575}
@@ -30,4 +30,8 @@ if ka_done && [ "$left" -gt 200 ]; then
 fi
 mkdir -p "$out"
 for d in o-ka o-8b; do [ -d "/tmp/$d" ] && tar -cf "$out/$d.tar" --exclude=jit.tar.xz -C /tmp "$d"; done
+# The newest JIT caches come back once, beside the tars: `take` puts them in the carry, so that the next
+# session's first flashinfer start skips its JIT (about 240 s on a fresh machine).
+jit=$(ls -t /tmp/o-8b/jit.tar.xz /tmp/o-ka/jit.tar.xz 2>/dev/null | head -1)
+[ -n "$jit" ] && cp "$jit" "$out/"
 ls -la "$out"
