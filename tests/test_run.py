@@ -6,6 +6,7 @@ import json
 import os
 import re
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -308,6 +309,31 @@ def test_continue_tries_the_points_the_edited_space_adds(tuner):
     trials = tuner.study("faults").trials
     assert trials[1].params == {"schedule-conservativeness": 0.5} and trials[1].user_attrs.get("try_first")
     assert not trials[2].user_attrs.get("try_first")  # the baseline's values were not enqueued again
+
+
+def test_a_study_keeps_to_one_kind_of_server(tuner):
+    """A dry run's study (the README's first command leaves one in trials.db, under the space's name) is not
+    gone on by a real server, nor a real study by a dry run: the real server would be judged against the
+    simulator's answers. Refused in one line, nothing written; --study NAME starts a study of its own. The
+    "real" server here is the simulator launched as a server command of the space's, without --simulate."""
+    space = instant_space("kinds", model="stand-in/instant",
+                          server=f"  command: [{sys.executable}, -m, tuner.sim]\n  env: {{TUNER_SIM_PROFILE: instant}}\n")
+    path = tuner.space(space)
+    assert tuner.run("run", "--trials", "1", "--space", str(path), "--simulate", "instant").returncode == 0
+    real = tuner.run("run", "--trials", "2", "--space", str(path))
+    assert real.returncode == 2, real.stderr[-2000:]
+    assert real.stderr.strip().splitlines() == [
+        "error: study 'kinds' holds trials from the simulated server (profile instant), and this run starts a real "
+        "one: their answers and figures do not compare; pass --study NAME for a new study, or another --storage"]
+    assert len(tuner.study("kinds").trials) == 1 and tuner.study("kinds").user_attrs["simulate"] == "instant"
+    own = tuner.run("run", "--trials", "1", "--space", str(path), "--study", "kinds-real")
+    assert own.returncode == 0, own.stderr[-2000:]
+    assert tuner.study("kinds-real").user_attrs["simulate"] is None
+    dry = tuner.run("run", "--trials", "2", "--space", str(path), "--study", "kinds-real", "--simulate", "instant")
+    assert dry.returncode == 2 and "holds trials from a real server, and this run starts the simulated one " \
+        "(--simulate)" in dry.stderr, dry.stderr[-2000:]
+    assert len(tuner.study("kinds-real").trials) == 1
+    assert tuner.leftovers() == {}
 
 
 def test_logprob_drift_within_the_tolerance_is_caught_against_the_baseline(tuner):
