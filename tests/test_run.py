@@ -316,8 +316,8 @@ def test_a_study_keeps_to_one_kind_of_server(tuner):
     gone on by a real server, nor a real study by a dry run: the real server would be judged against the
     simulator's answers. Refused in one line, nothing written; --study NAME starts a study of its own. The
     "real" server here is the simulator launched as a server command of the space's, without --simulate."""
-    space = instant_space("kinds", model="stand-in/instant",
-                          server=f"  command: [{sys.executable}, -m, tuner.sim]\n  env: {{TUNER_SIM_PROFILE: instant}}\n")
+    server = f"  command: [{sys.executable}, -m, tuner.sim]\n  env: {{TUNER_SIM_PROFILE: instant}}\n"
+    space = instant_space("kinds", model="stand-in/instant", server=server)
     path = tuner.space(space)
     assert tuner.run("run", "--trials", "1", "--space", str(path), "--simulate", "instant").returncode == 0
     real = tuner.run("run", "--trials", "2", "--space", str(path))
