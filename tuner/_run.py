@@ -16,7 +16,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
-from ._errors import Stopped, StudyMismatchError, UsageError
+from ._errors import Stopped, UsageError
 from ._redact import Redactor, redact_env, redact_url
 from ._server_python import resolve_python, with_python
 from .engines import get_engine
@@ -185,8 +185,8 @@ def run(options: RunOptions, stream=sys.stderr) -> optuna.Study:
     storage = open_storage(options.storage)
     if warm is not None:
         progress.say(learn_line(warm, learning))
-    _refuse_other_server_kind(storage, study_name, prepared.profile)
-    study = load_or_create(storage, study_name, spec, options.sampler, options.seed, options.on_space_change, warm)
+    study = load_or_create(storage, study_name, spec, options.sampler, options.seed, options.on_space_change, warm,
+                           simulate=prepared.profile)
     if warm is not None:
         record_learning(study, warm, learning)
     workdir = Path(options.workdir) / study_name
@@ -250,26 +250,6 @@ def run(options: RunOptions, stream=sys.stderr) -> optuna.Study:
     progress.say(summary(study, spec, dashboard=f"optuna-dashboard {shown} --artifact-dir {artifacts}",
                          where=shlex.join(target_args(options.storage, study, options.workdir))))
     return study
-
-
-def _refuse_other_server_kind(storage: optuna.storages.BaseStorage, study_name: str, profile: str | None) -> None:
-    """A study's trials come from one kind of server. The simulator's tokens and figures are not a real
-    server's: a real run going on from a dry run's study (the README's first command leaves one in trials.db,
-    under the space's name) would judge the real server against the simulator's answers, and learn from its
-    figures; a dry run going on from a real study the other way round."""
-    try:
-        study = optuna.load_study(study_name=study_name, storage=storage)
-    except KeyError:
-        return  # a new study
-    was = study.user_attrs.get("simulate", False)  # absent: a study from before it was recorded
-    if was is False or bool(was) == bool(profile) \
-            or not any(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in study.get_trials(deepcopy=False)):
-        return
-    ran = f"the simulated server (profile {was})" if was else "a real server"
-    now = "the simulated one (--simulate)" if profile else "a real one"
-    raise StudyMismatchError(f"study {study.study_name!r} holds trials from {ran}, and this run starts {now}: "
-                             "their answers and figures do not compare",
-                             "pass --study NAME for a new study, or another --storage")
 
 
 def _gate_notes(study: optuna.Study, spec: Spec, progress: Progress) -> None:

@@ -495,8 +495,10 @@ def _load(spec: Spec) -> int | None:
 
 
 def load_or_create(storage: optuna.storages.BaseStorage, study_name: str, spec: Spec, sampler_name: str,
-                   seed: int | None, on_space_change: str = "refuse", warm: WarmStart | None = None) -> optuna.Study:
-    """The study to run, created on first use; a study made with another space is refused. `warm`: what earlier
+                   seed: int | None, on_space_change: str = "refuse", warm: WarmStart | None = None,
+                   simulate: str | None = None) -> optuna.Study:
+    """The study to run, created on first use; a study made with another space, or run on the other kind of
+    server (`simulate`: the simulator's profile, None for a real server), is refused. `warm`: what earlier
     studies tell it (the configurations to try first only when it is created).
 
     Several workers may start at once on one study: one creates it, the others get DuplicatedStudyError,
@@ -518,6 +520,7 @@ def load_or_create(storage: optuna.storages.BaseStorage, study_name: str, spec: 
             _initialise(study, spec, sampler_name, first)
             return study
     study = optuna.load_study(study_name=study_name, storage=storage, sampler=sampler, pruner=pruner)
+    _refuse_other_server_kind(study, simulate)
     digest = _wait_initialised(study, spec, sampler_name)
     if digest != space_digest(spec):
         if on_space_change == "fresh":
@@ -535,6 +538,24 @@ def load_or_create(storage: optuna.storages.BaseStorage, study_name: str, spec: 
         raise StudyMismatchError(f"study {study_name!r} has other objectives",
                                  "use --study NAME for a new study")
     return study
+
+
+def _refuse_other_server_kind(study: optuna.Study, simulate: str | None) -> None:
+    """A study's trials come from one kind of server. The simulator's tokens and figures are not a real
+    server's: a real run going on from a dry run's study (the README's first command leaves one in trials.db,
+    under the space's name) would judge the real server against the simulator's answers, and learn from its
+    figures; a dry run going on from a real study the other way round. A study from before runs recorded
+    `simulate` is not judged."""
+    if "simulate" not in study.user_attrs or bool(study.user_attrs["simulate"]) == bool(simulate):
+        return
+    if not any(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in study.get_trials(deepcopy=False)):
+        return
+    was = study.user_attrs["simulate"]
+    ran = f"the simulated server (profile {was})" if was else "a real server"
+    now = "the simulated one (--simulate)" if simulate else "a real one"
+    raise StudyMismatchError(f"study {study.study_name!r} holds trials from {ran}, and this run starts {now}: "
+                             "their answers and figures do not compare",
+                             "pass --study NAME for a new study, or another --storage")
 
 
 def _initialise(study: optuna.Study, spec: Spec, sampler_name: str,
