@@ -41,7 +41,8 @@
 # prepare named; one study runs at a time; scripts/gpu_fault_studies.sh chains two),
 # planted faults (a space whose server.env puts /tmp/sglang-faults first on PYTHONPATH and names a fault in
 # TUNER_FAULT: scripts/sglang_faults),
-# GPU_MODE=bench (bench_serving against the probe on the winner's server: see bench_there below).
+# GPU_MODE=bench (bench_serving against the probe on the winner's server: see bench_there below),
+# GPU_KA_SEEDS (with GPU_MODEL=known-answer: other seeds, e.g. "1 2", trained beside seed 0 as a check of the recipe).
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -342,8 +343,18 @@ PY
     # length is printed into this log, and kept in the folder's accuracy.json).
     local model="/tmp/$preset"
     if [ "$preset" = known-answer ]; then
+        # GPU_KA_SEEDS: other seeds trained at the same time, the recipe checked again on this GPU; their logs and
+        # accuracy.json come back (known-answer-seed<N>.*). Only seed 0's model is served (the space's prompts).
+        local s pids=()
+        for s in ${GPU_KA_SEEDS:-}; do
+            python3 "$repo/scripts/make_known_answer_model.py" "/tmp/known-answer-seed$s" --preset gpu --device cuda \
+                --seed "$s" >"$out/known-answer-seed$s.log" 2>&1 &
+            pids+=("$!")
+        done
         python3 "$repo/scripts/make_known_answer_model.py" "$model" --preset gpu --device cuda \
             || die "could not make the known-answer model"
+        for s in "${pids[@]}"; do wait "$s" || say "an extra known-answer seed missed its gate (its log in $out)"; done
+        for s in ${GPU_KA_SEEDS:-}; do cp "/tmp/known-answer-seed$s/accuracy.json" "$out/known-answer-seed$s.json" || true; done
     else
         python3 "$repo/scripts/make_gpu_model.py" "$preset" "$model" || die "could not make the model"
     fi
