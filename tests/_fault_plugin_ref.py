@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import sitecustomize as faults  # the plugin, already run at start-up by this interpreter
 import torch
 from sglang.srt.layers.logits_processor import LogitsProcessorOutput
-from sglang.srt.model_executor.forward_batch_info import ForwardMode
+from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 
 fault = os.environ["TUNER_FAULT"]
 module, cls, method = faults.FAULTS[fault]
@@ -42,11 +42,14 @@ elif fault == "chunk-kv":
     # Two sequences in one extend: the first new (no prefix), the second continuing after one whole chunk.
     values = torch.arange(12.0).reshape(12, 1, 1)
     pool = SimpleNamespace(get_value_buffer=lambda layer_id: values)
+    # As in 0.5.17: the pool is the attention backend's (self.token_to_kv_pool), not the ForwardBatch's, whose
+    # real class is checked to have no such field.
+    seen["batch_has_pool"] = "token_to_kv_pool" in ForwardBatch.__dataclass_fields__
     batch = SimpleNamespace(forward_mode=ForwardMode.EXTEND, extend_prefix_lens_cpu=[0, 2048],
-                            extend_seq_lens_cpu=[3, 4], out_cache_loc=torch.tensor([0, 1, 2, 8, 9, 10, 11]),
-                            token_to_kv_pool=pool)
+                            extend_seq_lens_cpu=[3, 4], out_cache_loc=torch.tensor([0, 1, 2, 8, 9, 10, 11]))
     test = faults.WRAPPERS[fault](lambda self, q, k, v, layer, fb, save=True, **kw: "out")
-    seen["returned"] = test(None, None, None, None, SimpleNamespace(layer_id=0), batch)
+    backend = SimpleNamespace(token_to_kv_pool=pool)
+    seen["returned"] = test(backend, None, None, None, SimpleNamespace(layer_id=0), batch)
     seen["values"] = values.flatten().tolist()
     seen["chunk"] = faults._chunk_size()  # no server args in this process: every continued prefix counts
 print(json.dumps(seen))

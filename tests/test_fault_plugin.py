@@ -60,6 +60,7 @@ def test_decode_positions_run_one_too_far_and_prefill_is_left_alone():
 def test_chunk_kv_shifts_the_values_of_a_continued_chunk_only():
     seen = _ref("chunk-kv")
     assert seen["planted"] and seen["returned"] == "out" and seen["chunk"] is None
+    assert seen["batch_has_pool"] is False  # 0.5.17's pool is the backend's: the plugin reads it there
     # Slots 8-11 (the second sequence, continuing after 2,048 cached tokens) each hold their predecessor's
     # value; the new sequence's slots 0-2 and every other slot are untouched.
     assert seen["values"] == [0, 1, 2, 3, 4, 5, 6, 7, 11, 8, 9, 10]

@@ -126,7 +126,9 @@ def _wrap_chunk_kv(forward):
             spans = continued_spans(forward_batch.extend_prefix_lens_cpu, forward_batch.extend_seq_lens_cpu,
                                     _chunk_size())
             if spans:
-                pool = forward_batch.token_to_kv_pool
+                # 0.5.17 keeps the pool on the backend (flashinfer_backend.py and the others: self.token_to_kv_pool);
+                # its ForwardBatch has none (the first GPU run failed there: AttributeError, 2026-12-08).
+                pool = getattr(self, "token_to_kv_pool", None) or forward_batch.token_to_kv_pool
                 values = pool.get_value_buffer(layer.layer_id)
                 for start, end in spans:
                     shift_values(values, forward_batch.out_cache_loc[start:end])
