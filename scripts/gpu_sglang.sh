@@ -359,6 +359,8 @@ PY
         python3 "$repo/scripts/make_gpu_model.py" "$preset" "$model" || die "could not make the model"
     fi
     cd "$work"
+    # A space's repo-relative files (probe.dataset, probe.trace.path: search_spaces/traces/...) resolve here too.
+    ln -sfn "$repo/search_spaces" "$work/search_spaces"
     python3 - <<'PY' || true
 import importlib.metadata as md
 for name in ("sglang", "sglang-kernel", "flashinfer-python", "transformers", "tokenizers", "torch", "triton",

@@ -3,6 +3,7 @@
     python3 scripts/make_known_answer_model.py /tmp/known-answer                       # on the GPU: a few minutes
     .venv-vllm/bin/python scripts/make_known_answer_model.py /tmp/ka --preset tiny     # on a CPU: half a minute
     python3 scripts/make_known_answer_model.py --preset gpu --print-gate               # the gate fragment alone
+    python3 scripts/make_known_answer_model.py --preset gpu --print-probe > search_spaces/traces/known-answer-probe.jsonl
 
 Random weights answer nothing, so a gate can only compare a server with itself. This model answers known
 questions: `find k0412` after a stream of records `k0412 v1033 v0007 ;` gives `v1033 v0007`, and
@@ -52,6 +53,7 @@ import known_answer_task as task  # noqa: E402
 from make_gpu_model import CHAT_TEMPLATE, Preset as ModelShape, config_json  # noqa: E402
 
 MARKER = "tuner_known_answer"  # config.json's record of the recipe that made the folder
+PROBE_LENGTH, PROBE_ROWS = 512, 64  # the probe's prompts (probe_rows): as the spaces' input-len, one per slot
 
 
 @dataclass(frozen=True)
@@ -397,6 +399,17 @@ def gate_fragment(name: str, seed: int) -> str:
     return "\n".join(lines)
 
 
+def probe_rows(name: str, seed: int) -> str:
+    """The probe's prompts for a space of this model (`probe.dataset`, JSONL): look-ups and copies of ~PROBE_LENGTH
+    tokens, each asking for its answer's length (values and <eos>). The probe's own random English words are not
+    this model's language: on them the GPU model wrote '; ; ; ;' and the healthy baseline failed its check wave as
+    garbage (docs/gpu-sglang-0517-faults, 2026-12-08). On its own task it writes its answers."""
+    p = PRESETS[name]
+    vocab = vocab_of(p)
+    rows = task.held_out(seed, "probe", vocab, PROBE_LENGTH, PROBE_ROWS)
+    return "".join(json.dumps({"prompt": vocab.text(s.prompt[1:]), "output_len": s.answer}) + "\n" for s in rows)
+
+
 # -- main -------------------------------------------------------------------------------------------------------
 
 def recipe(name: str, seed: int, steps: int, device: str) -> dict:
@@ -444,6 +457,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, help="training steps (default: the preset's)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--print-gate", action="store_true", help="print the gate fragment and exit (no training)")
+    parser.add_argument("--print-probe", action="store_true",
+                        help="print the probe's prompts (JSONL for probe.dataset) and exit (no training)")
     parser.add_argument("--tokenizer-only", action="store_true",
                         help="write the tokenizer files and gate-prompts.yaml alone (no training, no torch): enough "
                              "for a dry run (--simulate) of a space with this model")
@@ -451,6 +466,9 @@ def main(argv: list[str] | None = None) -> int:
     p = PRESETS[args.preset]
     if args.print_gate:
         sys.stdout.write(gate_fragment(args.preset, args.seed))
+        return 0
+    if args.print_probe:
+        sys.stdout.write(probe_rows(args.preset, args.seed))
         return 0
     if args.out_dir is None:
         fail("name the model folder to write (or pass --print-gate)")

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -51,6 +52,14 @@ def test_the_space_carries_the_gpu_presets_gate_prompts_as_single_word_answers(s
         lengths.append(len(ids))
     assert len(set(p.prompt for p in spec.gate.prompts)) == len(lengths) >= 64
     assert min(lengths) < 64 and sum(n > 2048 for n in lengths) >= 3 and max(lengths) > 4096
+    # The probe sends the model's own task (the committed file is the script's --print-probe), each prompt asking
+    # for exactly its answer: look-ups and copies, no word outside the vocabulary.
+    assert Path(spec.probe.dataset).read_text() == maker.probe_rows("gpu", 0)
+    rows = [json.loads(line) for line in Path(spec.probe.dataset).read_text().splitlines()]
+    assert len(rows) == maker.PROBE_ROWS
+    assert all(r["prompt"].split()[-2] == "find" or r["prompt"].endswith(" |") for r in rows)
+    for r in rows:
+        assert maker.task.UNK not in tok.encode(r["prompt"]).tokens and 3 <= r["output_len"] <= 9
 
 
 def test_a_dry_run_of_the_space_passes_the_known_answer_check(tuner, tmp_path):
