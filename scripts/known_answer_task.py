@@ -102,11 +102,14 @@ class Sequence:
         return self.ids[-self.answer:]
 
 
-def sequence(rng: random.Random, vocab: Vocab, length: int, kind: str, far: bool = False) -> Sequence:
+def sequence(rng: random.Random, vocab: Vocab, length: int, kind: str, far: bool = False,
+             near: bool = False) -> Sequence:
     """A stream of items, then a last item of `kind`: at most `length` tokens (BOS and <eos> included), and more
     than `length - 2 * LAST_MAX`, or a single record where `length` is shorter. `far`: the last look-up asks for
     a record of 2-4 values from the stream's first quarter, so that its answer lies at least 3/4 of the prompt
-    back and decoding each of its tokens reads there again (held-out examples and gate prompts); else any record."""
+    back and decoding each of its tokens reads there again (held-out examples and gate prompts); `near`: from the
+    stream's last eighth, so that in a long prompt its values lie past the first chunk of a chunked prefill;
+    else any record."""
     if kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r}: use one of {', '.join(KINDS)}")
     v = vocab.id
@@ -139,6 +142,8 @@ def sequence(rng: random.Random, vocab: Vocab, length: int, kind: str, far: bool
         pool = records
         if far:
             pool = [r for r in records if r[2] < len(ids) // 4 and len(r[1]) >= 2] or records
+        elif near:
+            pool = [r for r in records if r[2] >= len(ids) * 7 // 8 and len(r[1]) >= 2] or records
         key, vals, at = rng.choice(pool)
         add([find, key], False)
         distance = len(ids) - at
@@ -155,6 +160,12 @@ def held_out(seed: int, salt: str, vocab: Vocab, length: int, n: int) -> list[Se
     `salt` keeps them apart from training's (seeded by step) and from each other's."""
     rng = random.Random(f"{seed}/{salt}/{length}")
     return [sequence(rng, vocab, length, KINDS[i % 2], far=True) for i in range(n)]
+
+
+def near_lookups(seed: int, salt: str, vocab: Vocab, length: int, n: int) -> list[Sequence]:
+    """`n` look-ups of at most `length` tokens whose record lies in the stream's last eighth (`near`)."""
+    rng = random.Random(f"{seed}/{salt}/near/{length}")
+    return [sequence(rng, vocab, length, "lookup", near=True) for _ in range(n)]
 
 
 def training_batch(seed: int, step: int, vocab: Vocab, length: int,

@@ -74,6 +74,9 @@ class Preset:
     gate: tuple[tuple[int, int], ...]  # (prompt length, how many) of the gate prompts
     max_positions: int
     device: str
+    # (prompt length, how many) of near look-ups: their values lie past a 2,048-token first chunk, where a fault in
+    # a continued chunk's KV cache (chunk-kv) changes them; a far one's lie in the first chunk
+    gate_near: tuple[tuple[int, int], ...] = ()
     seeded: bool = True  # training starts from a built look-up circuit (seed_circuit)
     # Llama 3's: its slowest rotary planes turn little over 8,192 positions, for the induction head to match in
     rope_theta: float = 500000.0
@@ -83,7 +86,8 @@ class Preset:
 PRESETS = {
     "gpu": Preset(4, 512, 4, 2, 1536, keys=1536, values=3584, lengths=(256, 1024, 2048, 4096, 8192), tokens=65536,
                   steps=1500, lr=1e-3, eval_lengths=(64, 512, 2048, 4096, 8192), eval_n=32,
-                  gate=((32, 28), (64, 24), (256, 8), (2304, 3), (4608, 1)), max_positions=8192, device="cuda"),
+                  gate=((32, 26), (64, 24), (256, 8), (2304, 3), (4608, 1)), gate_near=((2304, 1), (4608, 1)),
+                  max_positions=8192, device="cuda"),
     "tiny": Preset(2, 64, 2, 1, 192, keys=32, values=96, lengths=(48, 96), tokens=1536, steps=500, lr=3e-3,
                    eval_lengths=(32, 64, 96), eval_n=16, gate=((32, 8), (64, 8)), max_positions=128, device="cpu"),
 }
@@ -367,11 +371,14 @@ def measure(folder: Path, p: Preset, vocab: task.Vocab, seed: int, device: str, 
 # -- gate prompts -----------------------------------------------------------------------------------------------
 
 def gate_prompts(p: Preset, seed: int) -> list[task.Sequence]:
-    """The gate's prompts: for each (length, count) of the preset, far look-ups and copies alternating."""
+    """The gate's prompts: for each (length, count) of the preset, far look-ups and copies alternating; then the
+    near look-ups."""
     vocab = vocab_of(p)
     out: list[task.Sequence] = []
     for length, count in p.gate:
         out += task.held_out(seed, "gate", vocab, length, count)
+    for length, count in p.gate_near:
+        out += task.near_lookups(seed, "gate", vocab, length, count)
     return out
 
 
@@ -387,7 +394,9 @@ def gate_fragment(name: str, seed: int) -> str:
              f"--seed {seed}.",
              f"# {len(prompts)} prompts ({lengths} tokens; the longest "
              f"{max(len(s.prompt) for s in prompts)} with BOS): "
-             "far look-ups and copies alternating.",
+             "far look-ups and copies alternating" + (
+                 f"; then near look-ups ({', '.join(f'{n} of ~{length}' for length, n in p.gate_near)}), their "
+                 "values past the first 2,048-token chunk." if p.gate_near else "."),
              "# Sent one by one and then all together as one batch (batch-consistency).",
              "gate:", "  prompts:"]
     for s in prompts:

@@ -52,6 +52,10 @@ def test_the_space_carries_the_gpu_presets_gate_prompts_as_single_word_answers(s
         lengths.append(len(ids))
     assert len(set(p.prompt for p in spec.gate.prompts)) == len(lengths) >= 64
     assert min(lengths) < 64 and sum(n > 2048 for n in lengths) >= 3 and max(lengths) > 4096
+    # Look-ups whose record lies past a 2,048-token first chunk, with two values or more: decoding reads a continued
+    # chunk's KV cache there (the chunk-kv fault), which a far look-up's answer never does.
+    gate = maker.gate_prompts(maker.PRESETS["gpu"], 0)
+    assert sum(s.kind == "lookup" and len(s.prompt) - s.distance > 2048 and len(s.expect) >= 3 for s in gate) >= 2
     # The probe sends the model's own task (the committed file is the script's --print-probe), each prompt asking
     # for exactly its answer: look-ups and copies, no word outside the vocabulary.
     assert Path(spec.probe.dataset).read_text() == maker.probe_rows("gpu", 0)
