@@ -147,7 +147,7 @@ def seed_circuit(model, config: dict, seed: int) -> None:
     An answer word is the word after an earlier copy of the word just read: an induction head, which needs a head
     that tells each position its previous word. Random weights start far from that circuit, and whether training
     finds it turns on the numerics: on 2026-12-07 the same recipe learnt look-ups on one H100 run and not on the
-    next (docs/gpu-sglang-0517-faults/known-answer/retrain-2026-12-07), and on a CPU 3 of 6 seeds missed them.
+    next (docs/gpu-sglang-0517-faults/known-answer/retrain-2026-12-07), and on a CPU 5 of 8 seeds missed them.
     Built in, it is there from the first step, and training refines it:
       layer 0, head 0: attends one position back (`previous_token_scores`) and writes that word's identity
                        (its embedding along the basis `ident`) into the residual along `prev`;
@@ -552,8 +552,8 @@ def report(out: Path, p: Preset, result: dict, params: int, device: str, t0: flo
           f"{g['min_margin']:.2f} nats, longest {g['longest']} tokens)")
     print(f"make_known_answer_model: wrote {out}: {params / 1e6:.1f} M parameters, {time.monotonic() - t0:.0f} s")
     if g["missed"]:
-        print(f"make_known_answer_model: the model misses gate prompts {g['missed']}; training longer did not help "
-              f"before (docs/gpu-sglang-0517-faults/known-answer): report it with {out / 'accuracy.json'}",
+        print(f"make_known_answer_model: the model misses gate prompts {g['missed']} (figures in "
+              f"{out / 'accuracy.json'}); the recipe answered every seed tried, so report it with that file",
               file=sys.stderr)
         return 1
     return 0
