@@ -81,6 +81,25 @@ def test_a_dry_run_of_the_space_passes_the_known_answer_check(tuner, tmp_path):
     assert {"known-answer", "batch-consistency", "long-context-consistency"} <= set(attrs["gate_checks"])
 
 
+def test_a_dry_run_probing_with_english_words_fails_as_the_real_model_did(tuner, tmp_path):
+    """The simulator answers text outside the task as the real model does, with ';' (on an H100 its healthy
+    baseline failed the probe's check wave so, 2026-12-08): the space's own-task probe is what keeps it passing."""
+    folder = tmp_path / "known-answer"
+    made = subprocess.run([sys.executable, str(SCRIPT), str(folder), "--tokenizer-only"], capture_output=True,
+                          text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    text = SPACE.read_text()
+    dataset = "  dataset: search_spaces/traces/known-answer-probe.jsonl\n"
+    assert dataset in text
+    space = tuner.space(text.replace(dataset, "  input-len: 512\n  output-len: 128\n"))
+    done = tuner.run("run", "--trials", "1", "--space", str(space), "--simulate", "--model", str(folder),
+                     env=SIM_FAST, timeout=600)
+    attrs = tuner.study("sglang-0.5.17-h100-known-answer").trials[0].user_attrs
+    assert attrs["failure_kind"] == "garbage", (attrs.get("failure_message"), done.stderr[-2000:])
+    assert "check wave" in attrs["failure_message"] and "mostly symbols: '; ; ;" in attrs["failure_message"]
+    assert set(attrs["gate_checks"]) >= {"known-answer", "batch-consistency"}  # the gate itself passed
+
+
 @pytest.mark.parametrize("args, said", [
     (["--steps", "0"], "--steps 0: train at least one step"),
     ([], "name the model folder to write (or pass --print-gate)"),

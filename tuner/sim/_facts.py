@@ -58,7 +58,7 @@ def lookup_answer(prompt: str) -> str | None:
     if len(words) >= 2 and words[-2] == "find":
         key = words[-1]
         for i, word in enumerate(words[:-2]):
-            if word == key and (i == 0 or words[i - 1] == ";"):  # a record starts the stream or follows one
+            if word == key and (i == 0 or words[i - 1] != "?"):  # a record, not a query ("? k0412 ...")
                 values = words[i + 1:words.index(";", i) if ";" in words[i:] else len(words) - 2]
                 return " ".join(values) or None
         return None

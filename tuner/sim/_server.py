@@ -25,7 +25,7 @@ from ._log import Log, scheduler_traceback
 from ._profile import Profile
 from ._requests import GenRequest, Numerics, Sampling, nan_value, prefix_hashes
 from ._setup import Setup
-from ._text import Tokenizer, folder_splitter, known_answer
+from ._text import Tokenizer, folder_splitter, is_known_answer_model, known_answer
 
 VERSION_FILE_FRAME = "<frame at 0x7f3a2c1e5a40, file '/usr/lib/python3.12/selectors.py', line 468, code select>"
 
@@ -98,8 +98,10 @@ class SimServer:
         self.knobs = setup.resolved.knobs
         self.args = setup.resolved.args
         model = profile.model
+        folder = str(self.args.get("tokenizer_path") or "")
         self.tokenizer = Tokenizer(model.vocab_size, model.eos_token_id, model.token0_text, model.chars_per_token,
-                                   folder_splitter(str(self.args.get("tokenizer_path") or "")))
+                                   folder_splitter(folder))
+        self.task_model = is_known_answer_model(folder)
         self.ready = False
         self.up = False  # uvicorn is listening
         self.frozen = False  # stop_answering_after fired
@@ -310,6 +312,10 @@ class SimServer:
             plan = self.tokenizer.encode(answer, special=False)
             if not sampling.ignore_eos:
                 plan.append(self.tokenizer.eos_token_id)
+        elif self.task_model:
+            # The known-answer model on text outside its task writes ';' and nothing else: on the probe's random
+            # English words the real one did, on an H100 (docs/gpu-sglang-0517-faults, 2026-12-08).
+            plan = self.tokenizer.encode(" ".join([";"] * sampling.max_new_tokens), special=False)
         hashes = prefix_hashes(prompt_ids)
         cached = group.cache.match(hashes) if group.cache is not None else 0
         req = GenRequest(uuid.uuid4().hex, self.tokenizer, prompt_ids, sampling, group.numerics, plan,

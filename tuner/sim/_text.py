@@ -159,6 +159,18 @@ class Tokenizer:
         return "".join(piece(t) for t in ids)
 
 
+def is_known_answer_model(folder: str) -> bool:
+    """The folder holds scripts/make_known_answer_model.py's word-level tokenizer (its task's words and keys)."""
+    path = Path(folder) / "tokenizer.json"
+    if not folder or not path.is_file():
+        return False
+    try:
+        vocab = json.loads(path.read_text()).get("model", {}).get("vocab", {})
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(vocab, dict) and {"find", "copy", "k0000", "v0000"} <= vocab.keys()
+
+
 def folder_splitter(folder: str) -> Splitter | None:
     """The pieces of a model folder's tokenizer.json, where it has one, as the real server splits prompts:
     the simulated server then counts prompt tokens as the real one does. Ids stay the simulator's own."""
