@@ -102,16 +102,17 @@ class Sequence:
         return self.ids[-self.answer:]
 
 
-def sequence(rng: random.Random, vocab: Vocab, length: int, kind: str, far: bool = False,
-             near: bool = False) -> Sequence:
+def sequence(rng: random.Random, vocab: Vocab, length: int, kind: str, source: str = "any") -> Sequence:
     """A stream of items, then a last item of `kind`: at most `length` tokens (BOS and <eos> included), and more
-    than `length - 2 * LAST_MAX`, or a single record where `length` is shorter. `far`: the last look-up asks for
-    a record of 2-4 values from the stream's first quarter, so that its answer lies at least 3/4 of the prompt
-    back and decoding each of its tokens reads there again (held-out examples and gate prompts); `near`: from the
-    stream's last eighth, so that in a long prompt its values lie past the first chunk of a chunked prefill;
-    else any record."""
+    than `length - 2 * LAST_MAX`, or a single record where `length` is shorter. The last look-up's record, by
+    `source`: "far", one of 2-4 values from the stream's first quarter, so that its answer lies at least 3/4 of
+    the prompt back and decoding each of its tokens reads there again (held-out examples and gate prompts);
+    "near", one of 2-4 values from the last eighth, so that in a long prompt its values lie past the first chunk
+    of a chunked prefill; "any", any record."""
     if kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r}: use one of {', '.join(KINDS)}")
+    if source not in ("any", "far", "near"):
+        raise ValueError(f"unknown source {source!r}: use any, far or near")
     v = vocab.id
     semi, query, find, copy, colon, bar = (v(t) for t in (";", "?", "find", "copy", ":", "|"))
     keys = [vocab.key0 + i for i in rng.sample(range(vocab.keys), vocab.keys)]
@@ -140,9 +141,9 @@ def sequence(rng: random.Random, vocab: Vocab, length: int, kind: str, far: bool
             raise ValueError(f"{vocab.keys} keys and {vocab.values} values do not fill {length} tokens")
     if kind == "lookup":
         pool = records
-        if far:
+        if source == "far":
             pool = [r for r in records if r[2] < len(ids) // 4 and len(r[1]) >= 2] or records
-        elif near:
+        elif source == "near":
             pool = [r for r in records if r[2] >= len(ids) * 7 // 8 and len(r[1]) >= 2] or records
         key, vals, at = rng.choice(pool)
         add([find, key], False)
@@ -159,13 +160,13 @@ def held_out(seed: int, salt: str, vocab: Vocab, length: int, n: int) -> list[Se
     """`n` far look-ups and copies (alternating) of at most `length` tokens, from a random stream of their own:
     `salt` keeps them apart from training's (seeded by step) and from each other's."""
     rng = random.Random(f"{seed}/{salt}/{length}")
-    return [sequence(rng, vocab, length, KINDS[i % 2], far=True) for i in range(n)]
+    return [sequence(rng, vocab, length, KINDS[i % 2], "far") for i in range(n)]
 
 
 def near_lookups(seed: int, salt: str, vocab: Vocab, length: int, n: int) -> list[Sequence]:
-    """`n` look-ups of at most `length` tokens whose record lies in the stream's last eighth (`near`)."""
+    """`n` look-ups of at most `length` tokens whose record lies in the stream's last eighth ("near")."""
     rng = random.Random(f"{seed}/{salt}/near/{length}")
-    return [sequence(rng, vocab, length, "lookup", near=True) for _ in range(n)]
+    return [sequence(rng, vocab, length, "lookup", "near") for _ in range(n)]
 
 
 def training_batch(seed: int, step: int, vocab: Vocab, length: int,

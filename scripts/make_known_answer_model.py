@@ -3,7 +3,7 @@
     python3 scripts/make_known_answer_model.py /tmp/known-answer                       # on the GPU: a few minutes
     .venv-vllm/bin/python scripts/make_known_answer_model.py /tmp/ka --preset tiny     # on a CPU: half a minute
     python3 scripts/make_known_answer_model.py --preset gpu --print-gate               # the gate fragment alone
-    python3 scripts/make_known_answer_model.py --preset gpu --print-probe > search_spaces/traces/known-answer-probe.jsonl
+    python3 scripts/make_known_answer_model.py --preset gpu --print-probe              # the probe's prompts, JSONL
 
 Random weights answer nothing, so a gate can only compare a server with itself. This model answers known
 questions: `find k0412` after a stream of records `k0412 v1033 v0007 ;` gives `v1033 v0007`, and
@@ -149,7 +149,7 @@ def seed_circuit(model, config: dict, seed: int) -> None:
     finds it turns on the numerics: on 2026-12-07 the same recipe learnt look-ups on one H100 run and not on the
     next (docs/gpu-sglang-0517-faults/known-answer/retrain-2026-12-07), and on a CPU 5 of 8 seeds missed them.
     Built in, it is there from the first step, and training refines it:
-      layer 0, head 0: attends one position back (`previous_token_scores`) and writes that word's identity
+      layer 0, head 0: attends one position back (`seed_previous_token_head`) and writes that word's identity
                        (its embedding along the basis `ident`) into the residual along `prev`;
       layer 1, head 0: its query reads the word just read along `ident`, its key the previous word along `prev`,
                        in the slow rotary planes only (those that turn less than half a radian over the longest
@@ -181,7 +181,7 @@ def seed_circuit(model, config: dict, seed: int) -> None:
         size = float(emb.norm(dim=1).mean())
         emb.copy_((r * (size / r.norm(dim=1, keepdim=True).clamp_min(1e-9)) + size * u).float())  # <|pad|>: 0
         # A normalised embedding is sqrt(d/2) (r_t/|r_t| + u): its identity along `ident` has components N(0, 1/2).
-        previous_token_scores(model, config, u, theta, along=(d / 2) ** 0.5)
+        seed_previous_token_head(model, config, u, theta, along=(d / 2) ** 0.5)
         attn0, attn1 = layers[0].self_attn, layers[1].self_attn
         attn0.v_proj.weight[:m] = (2 ** 0.5 * ident[:, :m].T).float()  # the previous word's identity, N(0, 1)
         attn0.v_proj.weight[m:hd] = 0
@@ -202,7 +202,7 @@ def seed_circuit(model, config: dict, seed: int) -> None:
         attn1.o_proj.weight[:, :hd] = (4 * d ** 0.5 / hd * ident).float()
 
 
-def previous_token_scores(model, config: dict, u, theta, along: float) -> None:
+def seed_previous_token_head(model, config: dict, u, theta, along: float) -> None:
     """Layer 0's head 0 scores one position back highest: its query and key read only `u` (shared by all
     words), rotated so that in each of the fastest rotary planes the key leads the query by that plane's angle.
     With rotary positions and no biases such a head needs a component shared by all words."""
